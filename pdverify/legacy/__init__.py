@@ -1,0 +1,1 @@
+"""The functions as they were before the two upstream changes (#31173, #35070)."""

@@ -1,0 +1,1 @@
+"""The typed domain pdverify generates and reasons about: paged layouts, requests, schedule batches."""

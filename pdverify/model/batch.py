@@ -1,0 +1,144 @@
+"""Requests and the decode-side schedule batch that ``prepare_for_prebuilt`` works on.
+
+This is pdverify's own model, independent of any SGLang version's attribute names: the layout adapters
+(``pdverify.targets.layouts``) turn it into the duck-typed objects a target's code reads.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdverify.validation import require_int
+
+
+class ForwardMode(enum.IntEnum):
+    """The forward modes ``prepare_for_prebuilt`` can see (values as in sglang's ``ForwardMode``)."""
+
+    EXTEND = 1
+    DECODE = 2
+    PREBUILT = 7
+
+
+@dataclass
+class LogprobSettings:
+    top_logprobs_num: int = 0
+    token_ids_logprob: list[int] | None = None
+
+
+@dataclass
+class Request:
+    """One transferred request as decode holds it when the PREBUILT batch is built.
+
+    ``prefix_len`` is decode's cached prefix in the row, ``extend_len`` the tokens written after it
+    (``extend_end - prefix_len``); ``origin_input_ids`` is the prompt, ``output_ids`` the tokens generated
+    so far. ``extra`` carries fields added through ``strategies.fields`` (name -> value).
+    """
+
+    req_pool_idx: int
+    prefix_len: int
+    extend_len: int
+    origin_input_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    retracted_stain: bool = False
+    already_computed: int = 0
+    cached_tokens: int = 0
+    cached_tokens_device: int = 0
+    is_retracted: bool = False
+    pd_rebootstrap_in_progress: bool = False
+    logprob: LogprobSettings = field(default_factory=LogprobSettings)
+    multimodal_inputs: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seq_len(self) -> int:
+        """``len(origin_input_ids) + max(0, len(output_ids) - 1)``: the KV decode holds."""
+        return len(self.origin_input_ids) + max(0, len(self.output_ids) - 1)
+
+    @property
+    def extend_end(self) -> int:
+        return self.prefix_len + self.extend_len
+
+
+@dataclass
+class PrebuiltBatch:
+    """A PREBUILT batch before ``prepare_for_prebuilt``: its requests and the request-to-token table.
+
+    ``req_to_token`` holds the table's rows as host lists (int32 values, as ``ReqToTokenPool`` stores them).
+    """
+
+    reqs: list[Request]
+    req_to_token: list[list[int]]
+    return_logprob: bool = False
+    vocab_size: int = 32
+
+    @property
+    def width(self) -> int:
+        return len(self.req_to_token[0]) if self.req_to_token else 0
+
+    def describe(self) -> str:
+        """A one-line size summary: requests and tokens (for counterexample reports)."""
+        tokens = sum(r.extend_len for r in self.reqs)
+        return f"{len(self.reqs)} request(s), {tokens} extend token(s), table {len(self.req_to_token)}x{self.width}"
+
+
+@dataclass(frozen=True)
+class RequestAfter:
+    """The request fields ``prepare_for_prebuilt`` may write, read back after the call."""
+
+    cached_tokens: int
+    cached_tokens_device: int
+    already_computed: int
+    is_retracted: bool
+    pd_rebootstrap_in_progress: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PrebuiltOutcome:
+    """Everything a target's ``prepare_for_prebuilt`` produced, mapped back to pdverify's model.
+
+    ``fields`` holds the batch attributes after the call (tensors as they are, on their device);
+    ``untouched`` lists the batch attributes the call did not set. ``prompt_reads`` records every access to
+    the prompt (``get_fill_ids``, ``fill_ids``, prompt elements); ``sampling_info_calls`` the arguments of
+    each ``from_schedule_batch`` call.
+    """
+
+    fields: dict[str, Any]
+    untouched: set[str]
+    reqs_after: list[RequestAfter]
+    sampling_info_calls: list[tuple[Any, Any]]
+    sampling_info_returned: Any
+    prompt_reads: list[str]
+    req_to_token_before: Any
+    req_to_token_after: Any
+    batch_object: Any = None
+
+
+def validate_batch(batch: PrebuiltBatch) -> None:
+    """The contract of a batch ``prepare_for_prebuilt`` is defined on; ``ValueError`` names request and field."""
+    rows = batch.req_to_token
+    width = len(rows[0]) if rows else 0
+    for r, row in enumerate(rows):
+        if len(row) != width:
+            raise ValueError(f"req_to_token row {r} has width {len(row)}, expected {width}")
+    for i, req in enumerate(batch.reqs):
+        where = f"request {i}"
+        require_int(f"{where}: prefix_len", req.prefix_len, minimum=0)
+        require_int(f"{where}: extend_len", req.extend_len, minimum=0)
+        require_int(f"{where}: req_pool_idx", req.req_pool_idx, minimum=0)
+        if req.req_pool_idx >= len(rows):
+            raise ValueError(f"{where}: req_pool_idx={req.req_pool_idx} out of range (table has {len(rows)} rows)")
+        if req.extend_end > width:
+            raise ValueError(
+                f"{where}: prefix_len + extend_len = {req.extend_end} exceeds the row width {width}"
+            )
+        if not req.output_ids and req.seq_len - req.prefix_len != req.extend_len:
+            raise ValueError(
+                f"{where}: with empty output_ids, seq_len - prefix_len ({req.seq_len} - {req.prefix_len}) "
+                f"must equal extend_len ({req.extend_len})"
+            )
+        if batch.return_logprob and req.logprob is None:
+            raise ValueError(f"{where}: logprob settings are required when return_logprob is set")
+

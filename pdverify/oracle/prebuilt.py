@@ -1,0 +1,62 @@
+"""Oracle of ``prepare_for_prebuilt``: every field it must produce, computed in plain Python from the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pdverify.model.batch import PrebuiltBatch, RequestAfter, validate_batch
+
+
+@dataclass(frozen=True)
+class ExpectedPrebuilt:
+    forward_mode: str
+    out_cache_loc: list[int]
+    extend_num_tokens: int
+    prefix_lens: list[int]
+    extend_lens: list[int]
+    seq_lens: list[int]
+    seq_lens_sum: int
+    req_pool_indices: list[int]
+    top_logprobs_nums: list[int] | None
+    """``None`` when ``return_logprob`` is off: the batch attribute must then be left untouched."""
+    token_ids_logprobs: list[Any] | None
+    multimodal_inputs: list[Any]
+    reqs_after: list[RequestAfter]
+
+
+def expected_prebuilt(batch: PrebuiltBatch) -> ExpectedPrebuilt:
+    """What decode's PREBUILT batch must hold after preparation (spec properties P19-P27)."""
+    validate_batch(batch)
+    out_cache_loc: list[int] = []
+    seq_lens: list[int] = []
+    after: list[RequestAfter] = []
+    for req in batch.reqs:
+        row = batch.req_to_token[req.req_pool_idx]
+        for position in range(req.prefix_len, req.prefix_len + req.extend_len):
+            out_cache_loc.append(row[position])
+        generated = len(req.output_ids)
+        seq_len = len(req.origin_input_ids) + (generated - 1 if generated > 0 else 0)
+        seq_lens.append(seq_len)
+        if req.retracted_stain:
+            cached, cached_device, computed = req.cached_tokens, req.cached_tokens_device, req.already_computed
+        else:
+            newly_cached = req.prefix_len - req.already_computed if req.prefix_len > req.already_computed else 0
+            cached = req.cached_tokens + newly_cached
+            cached_device = req.cached_tokens_device + newly_cached
+            computed = seq_len
+        after.append(RequestAfter(cached, cached_device, computed, False, False))
+    return ExpectedPrebuilt(
+        forward_mode="PREBUILT",
+        out_cache_loc=out_cache_loc,
+        extend_num_tokens=len(out_cache_loc),
+        prefix_lens=[r.prefix_len for r in batch.reqs],
+        extend_lens=[r.extend_len for r in batch.reqs],
+        seq_lens=seq_lens,
+        seq_lens_sum=sum(seq_lens),
+        req_pool_indices=[r.req_pool_idx for r in batch.reqs],
+        top_logprobs_nums=[r.logprob.top_logprobs_num for r in batch.reqs] if batch.return_logprob else None,
+        token_ids_logprobs=[r.logprob.token_ids_logprob for r in batch.reqs] if batch.return_logprob else None,
+        multimodal_inputs=[r.multimodal_inputs for r in batch.reqs],
+        reqs_after=after,
+    )

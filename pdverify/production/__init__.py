@@ -1,0 +1,1 @@
+"""Faithful, device-generic ports of the released SGLang functions under test."""

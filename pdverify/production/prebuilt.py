@@ -1,0 +1,144 @@
+"""Port of ``ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt`` (sglang 0.5.23, after #35070).
+
+PREBUILT batches never enter a model forward: the prompt is not read, ``input_ids`` stays ``None`` and
+``extend_num_tokens`` is the sum of extend lengths; ``out_cache_loc``, ``seq_lens``, ``req_pool_indices``,
+the cached-token bookkeeping and the flags are filled from metadata. Attribute names are 0.5.23's
+(``req.kv.req_pool_idx``, ``req.prefix_len``, ``req.extend_len``). Upstream behaviour on bad input is kept:
+assertions, torch errors, and silent acceptance where upstream is silent (see ``tests/test_error_inputs.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pdverify.model.batch import ForwardMode
+
+
+@dataclass(frozen=True)
+class SamplingBatchInfo:
+    """Stand-in for sglang's ``SamplingBatchInfo``: records what it was built from."""
+
+    vocab_size: int
+    batch_size: int
+
+    @classmethod
+    def from_schedule_batch(cls, batch: Any, vocab_size: int) -> SamplingBatchInfo:
+        return cls(vocab_size, len(batch.reqs))
+
+
+def async_h2d(args: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+    """``sglang.srt.utils.common.async_h2d``: pinned non-blocking copy when the device can pin."""
+    pin = torch.device(device).type == "cuda"
+    return torch.tensor(args, dtype=dtype, pin_memory=pin).to(device, non_blocking=pin)
+
+
+def prepare_for_prebuilt(self: Any) -> None:
+    self.forward_mode = ForwardMode.PREBUILT
+    reqs = self.reqs
+    seq_lens = []
+    pre_lens = []
+    req_pool_indices = []
+
+    total_size = sum(req.extend_len for req in reqs)
+    extend_num_tokens = total_size
+    out_cache_loc = torch.empty(total_size, dtype=torch.int64, device=self.device)
+
+    offset = 0
+    for req in reqs:
+        req_pool_indices.append(req.kv.req_pool_idx)
+        pre_len = req.prefix_len
+
+        chunk = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][pre_len : pre_len + req.extend_len]
+        assert offset + req.extend_len <= total_size, (
+            f"Exceeds total size: offset={offset}, req.extend_len={req.extend_len}, total_size={total_size}"
+        )
+        out_cache_loc[offset : offset + req.extend_len] = chunk
+        offset += req.extend_len
+
+        seq_len = len(req.origin_input_ids) + max(0, len(req.output_ids) - 1)
+        seq_lens.append(seq_len)
+        if len(req.output_ids) == 0:
+            assert seq_len - pre_len == req.extend_len, (
+                f"seq_len={seq_len}, pre_len={pre_len}, req.extend_len={req.extend_len}"
+            )
+
+        if not req.retracted_stain:
+            # Clamp: already_computed is seeded from the prefill-reported cached_tokens, so a decode-side
+            # prefix shorter than that report must not subtract from cached_tokens.
+            delta = max(0, pre_len - req.already_computed)
+            req.cached_tokens += delta
+            req.cached_tokens_device += delta
+            req.already_computed = seq_len
+        req.is_retracted = False
+        if getattr(req, "pd_rebootstrap_in_progress", False):
+            req.pd_rebootstrap_in_progress = False
+        pre_lens.append(pre_len)
+
+    # The first decode input is seeded by process_prebuilt through FutureMap: no prompt tensor here.
+    self.input_ids = None
+    self.req_pool_indices = async_h2d(req_pool_indices, dtype=torch.int64, device=self.device)
+    self.req_pool_indices_cpu = torch.tensor(req_pool_indices, dtype=torch.int64)
+    self.seq_lens = async_h2d(seq_lens, dtype=torch.int64, device=self.device)
+    self.seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
+    self.orig_seq_lens = async_h2d(seq_lens, dtype=torch.int32, device=self.device)
+    self.out_cache_loc = out_cache_loc
+    self.seq_lens_sum = sum(seq_lens)
+
+    if self.return_logprob:
+        self.top_logprobs_nums = [r.logprob.top_logprobs_num for r in reqs]
+        self.token_ids_logprobs = [r.logprob.token_ids_logprob for r in reqs]
+
+    self.extend_num_tokens = extend_num_tokens
+    self.prefix_lens = [r.prefix_len for r in reqs]
+    self.extend_lens = [r.extend_len for r in reqs]
+    self.extend_logprob_start_lens = None
+    self.extend_input_logprob_token_ids = None
+    self.multimodal_inputs = [r.multimodal_inputs for r in reqs]
+
+    self.sampling_info = SamplingBatchInfo.from_schedule_batch(self, self.model_config.vocab_size)
+
+
+class _SeedEraNames:
+    """Presents a seed-era request (#35070: ``req_pool_idx``, ``prefix_indices``, ``extend_range``) under
+    0.5.23's names; every other attribute, read or written, goes to the request itself."""
+
+    def __init__(self, req: Any) -> None:
+        object.__setattr__(self, "_req", req)
+
+    @property
+    def kv(self) -> Any:
+        return _PoolSlot(self._req.req_pool_idx)
+
+    @property
+    def prefix_len(self) -> int:
+        return len(self._req.prefix_indices)
+
+    @property
+    def extend_len(self) -> int:
+        return int(self._req.extend_range.length)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._req, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._req, name, value)
+
+
+@dataclass(frozen=True)
+class _PoolSlot:
+    req_pool_idx: int
+
+
+def prepare_for_prebuilt_seed_names(self: Any) -> None:
+    """The #35070 function as it stood in the seed (PR-era request names); upstream it differs from 0.5.23
+    only in those names, which ``_SeedEraNames`` maps."""
+    reqs = self.reqs
+    self.reqs = [_SeedEraNames(r) for r in reqs]
+    try:
+        prepare_for_prebuilt(self)
+    finally:
+        self.reqs = reqs

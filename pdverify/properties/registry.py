@@ -1,0 +1,68 @@
+"""How properties are declared: ``@prop(id, title, needs=..., **strategies)``.
+
+``prop`` wraps the body in ``hypothesis.given`` (with an example counter underneath, so every run knows how
+many examples executed), marks the test with the target functions it needs, and registers it in
+``PROPERTIES`` so that ``pdverify check`` / ``pdverify mutate`` can list and call it directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Counter(threading.local):
+    examples: int = 0
+
+
+EXAMPLES = _Counter()
+"""Examples executed since the last ``reset_examples()`` (on this thread)."""
+
+
+def reset_examples() -> None:
+    EXAMPLES.examples = 0
+
+
+@dataclass(frozen=True)
+class PropertyInfo:
+    id: str
+    title: str
+    needs: tuple[str, ...]
+    test: Callable[..., Any]
+    module: str
+
+    @property
+    def name(self) -> str:
+        return self.test.__name__
+
+
+PROPERTIES: dict[str, PropertyInfo] = {}
+
+
+def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.SearchStrategy[Any]) -> Callable[[F], F]:
+    """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            EXAMPLES.examples += 1
+            return fn(*args, **kwargs)
+
+        test = given(**strategies)(counted) if strategies else counted
+        test = pytest.mark.needs(*needs)(test)
+        test.pdverify_property = id  # type: ignore[attr-defined]
+        if id in PROPERTIES:
+            raise ValueError(f"property id {id!r} declared twice ({PROPERTIES[id].name} and {fn.__name__})")
+        PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__)
+        return test  # type: ignore[no-any-return]
+
+    return decorate

@@ -1,0 +1,93 @@
+"""The pytest plugin that runs pdverify's property suite against a target.
+
+Options: ``--pdverify-target NAME|module:attr`` (default ``pdverify``, or ``$PDVERIFY_TARGET``) and
+``--pdverify-device all|cpu|cuda``. Every test that takes ``device`` is parametrized over the devices (CUDA
+is a skip that says why when absent); a property whose target functions are missing is skipped as
+*not applicable*. Registered as the ``pdverify`` pytest11 entry point, so an installed pdverify checks a
+user's code with ``pytest --pyargs pdverify.properties --pdverify-target mypkg.mod:target``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from pdverify import profiles
+from pdverify.devices import DEVICES, cuda_available
+from pdverify.properties.registry import EXAMPLES, reset_examples
+from pdverify.targets import Target, TargetError, load_target
+
+NOT_APPLICABLE = "not applicable"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pdverify")
+    group.addoption(
+        "--pdverify-target",
+        default=os.environ.get("PDVERIFY_TARGET", "pdverify"),
+        help="target to verify: pdverify, legacy, pr35070, fast, sglang or package.module:attr",
+    )
+    group.addoption(
+        "--pdverify-device",
+        default="all",
+        choices=("all", *DEVICES),
+        help="devices to run properties on (cuda is skipped when absent)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from hypothesis import settings
+
+    chosen = config.getoption("hypothesis_profile", default=None)
+    settings.load_profile(chosen or profiles.default_profile())
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "device" not in metafunc.fixturenames:
+        return
+    wanted = metafunc.config.getoption("pdverify_device")
+    params = []
+    for device in DEVICES:
+        if wanted not in ("all", device):
+            continue
+        marks = []
+        if device == "cuda" and not cuda_available():
+            marks.append(pytest.mark.skip(reason="CUDA not available: torch.cuda.is_available() is False"))
+        params.append(pytest.param(device, marks=marks, id=device))
+    metafunc.parametrize("device", params)
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> Target:
+    """The target under verification (``--pdverify-target``)."""
+    spec = request.config.getoption("pdverify_target")
+    try:
+        return load_target(spec)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("needs")
+    if marker is None or "target" not in getattr(item, "fixturenames", ()):
+        return
+    spec = item.config.getoption("pdverify_target")
+    try:
+        tgt = load_target(spec)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    missing = [fn for fn in marker.args if not tgt.supplies(fn)]
+    if missing:
+        pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    reset_examples()
+    try:
+        yield
+    finally:
+        item.user_properties.append(("pdverify_examples", EXAMPLES.examples))

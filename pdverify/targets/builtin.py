@@ -1,0 +1,123 @@
+"""The built-in targets: ``pdverify`` (the production ports), ``legacy``, ``pr35070`` (the seed's names),
+``fast`` (the verified faster variants) and ``sglang`` (the installed release)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pdverify.legacy import page_index as legacy_pages
+from pdverify.legacy import prebuilt as legacy_prebuilt
+from pdverify.legacy import transfer as legacy_transfer
+from pdverify.production import page_index, prebuilt, transfer
+from pdverify.targets.protocol import Target, TargetError
+
+_PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
+
+
+def pdverify_target() -> Target:
+    return Target(
+        name="pdverify",
+        description="pdverify's ports of the released (sglang 0.5.23) functions",
+        kv_to_page_indices=page_index.kv_to_page_indices,
+        suffix_page_indices=page_index.suffix_page_indices,
+        kv_to_page_num=page_index.kv_to_page_num,
+        page_align_floor=page_index.page_align_floor,
+        minimax_index_transfer_pages=page_index.minimax_index_transfer_pages,
+        send_kv_chunk=transfer.send_kv_chunk,
+        decode_page_indices=transfer.decode_page_indices,
+        prepare_for_prebuilt=prebuilt.prepare_for_prebuilt,
+        layout="sglang-0.5.23",
+        sampling_info_path=_PDV_SAMPLING,
+    )
+
+
+def legacy_target() -> Target:
+    return pdverify_target().derive(
+        "legacy",
+        "the functions before #31173 (host-side stride) and #35070 (prompt copied to the device)",
+        kv_to_page_indices=legacy_pages.kv_to_page_indices,
+        suffix_page_indices=legacy_pages.suffix_page_indices,
+        minimax_index_transfer_pages=None,
+        send_kv_chunk=legacy_transfer.send_kv_chunk,
+        decode_page_indices=legacy_transfer.decode_page_indices,
+        prepare_for_prebuilt=legacy_prebuilt.prepare_for_prebuilt,
+        layout="sglang-pr35070",
+    )
+
+
+def pr35070_target() -> Target:
+    return pdverify_target().derive(
+        "pr35070",
+        "the released prepare_for_prebuilt in the seed's (PR #35070) request names",
+        prepare_for_prebuilt=prebuilt.prepare_for_prebuilt_seed_names,
+        layout="sglang-pr35070",
+    )
+
+
+def fast_target() -> Target:
+    from pdverify.production import fast
+
+    return pdverify_target().derive(
+        "fast",
+        "faster variants: int32 narrowing on the device for the decode wire; a constant-launch prebuilt",
+        decode_page_indices=fast.decode_page_indices,
+        prepare_for_prebuilt=fast.prepare_for_prebuilt,
+    )
+
+
+SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
+
+
+def sglang_target() -> Target:
+    """The installed SGLang's real functions (patching only ``SamplingBatchInfo.from_schedule_batch``).
+
+    ``send_kv_chunk`` and ``decode_page_indices`` are scheduler methods upstream that cannot be called alone:
+    this target runs pdverify's port of their page-selection loop around SGLang's real ``kv_to_page_indices``.
+    """
+    try:
+        import sglang
+        from sglang.srt.disaggregation import minimax
+        from sglang.srt.disaggregation.decode_schedule_batch_mixin import (
+            ScheduleBatchDisaggregationDecodeMixin as Mixin,
+        )
+        from sglang.srt.mem_cache import common
+    except ImportError as exc:
+        raise TargetError(
+            f"target 'sglang': cannot import {exc.name or 'sglang'} ({exc}); install the conformance "
+            "environment with ci/build-sglang-env.sh"
+        ) from exc
+    real_pages: Any = common.kv_to_page_indices
+
+    def decode_page_indices(
+        req_to_token: Any, req_pool_idx: int, decode_prefix_len: int, origin_input_len: int, page_size: int
+    ) -> Any:
+        import numpy as np
+
+        kv = req_to_token[req_pool_idx][decode_prefix_len:origin_input_len]
+        return real_pages(kv, page_size).astype(np.int32)
+
+    return Target(
+        name="sglang",
+        description=f"the installed sglang {getattr(sglang, '__version__', '?')}",
+        kv_to_page_indices=real_pages,
+        suffix_page_indices=common.suffix_page_indices,
+        kv_to_page_num=common.kv_to_page_num,
+        page_align_floor=common.page_align_floor,
+        minimax_index_transfer_pages=minimax.minimax_index_transfer_pages,
+        send_kv_chunk=functools.partial(transfer.select_chunk, pages_of=real_pages),
+        decode_page_indices=decode_page_indices,
+        prepare_for_prebuilt=Mixin.prepare_for_prebuilt,
+        layout="sglang-0.5.23",
+        sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch",
+        package="sglang",
+    )
+
+
+BUILTIN = {
+    "pdverify": pdverify_target,
+    "legacy": legacy_target,
+    "pr35070": pr35070_target,
+    "fast": fast_target,
+    "sglang": sglang_target,
+}

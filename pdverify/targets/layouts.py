@@ -1,0 +1,216 @@
+"""Layout adapters: build the duck-typed batch a target's ``prepare_for_prebuilt`` reads, run it, map back.
+
+Two layouts are known (sglang-pd.md section 3.2):
+
+* ``sglang-0.5.23``: ``req.kv.req_pool_idx``, ``req.prefix_len``, ``req.extend_len`` (``extend_end - prefix_len``);
+* ``sglang-pr35070`` (the seed's era): ``req.req_pool_idx``, ``req.prefix_indices`` (the prefix's token
+  locations), ``req.extend_range`` (``start``, ``end``, ``length``).
+
+Every request also carries the prompt behind a guard: its length reads freely, but reading its elements,
+``get_fill_ids()``, ``fill_ids`` or ``full_untruncated_fill_ids`` is recorded in ``prompt_reads``; with
+``strict_prompt`` such a read raises ``PromptReadError``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
+
+from pdverify.model.batch import PrebuiltBatch, PrebuiltOutcome, Request, RequestAfter
+from pdverify.targets.protocol import Target, TargetError
+
+BATCH_FIELDS: tuple[str, ...] = (
+    "forward_mode",
+    "input_ids",
+    "out_cache_loc",
+    "seq_lens",
+    "seq_lens_cpu",
+    "orig_seq_lens",
+    "req_pool_indices",
+    "req_pool_indices_cpu",
+    "seq_lens_sum",
+    "extend_num_tokens",
+    "prefix_lens",
+    "extend_lens",
+    "top_logprobs_nums",
+    "token_ids_logprobs",
+    "extend_logprob_start_lens",
+    "extend_input_logprob_token_ids",
+    "multimodal_inputs",
+    "sampling_info",
+)
+"""The batch attributes ``prepare_for_prebuilt`` writes (``top_logprobs_nums`` / ``token_ids_logprobs`` only
+with ``return_logprob``)."""
+
+_UNSET = object()
+
+
+class PromptReadError(AssertionError):
+    """Raised by a strict prompt guard: the code under test read the prompt's contents."""
+
+
+class GuardedTokens:
+    """A token list whose length is free to read but whose contents are guarded."""
+
+    def __init__(self, tokens: list[int], label: str, reads: list[str], strict: bool) -> None:
+        self._tokens, self._label, self._reads, self._strict = tokens, label, reads, strict
+
+    def _touch(self, how: str) -> None:
+        self._reads.append(f"{self._label}{how}")
+        if self._strict:
+            raise PromptReadError(f"the prompt must not be read: {self._label}{how}")
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __getitem__(self, index: Any) -> Any:
+        self._touch(f"[{index!r}]")
+        return self._tokens[index]
+
+    def __iter__(self) -> Iterator[int]:
+        self._touch(" iterated")
+        return iter(self._tokens)
+
+    def __repr__(self) -> str:
+        return f"GuardedTokens(len={len(self._tokens)})"
+
+
+class DuckRequest:
+    """A request object in a target's layout. ``fill_ids`` and ``get_fill_ids`` record every access."""
+
+    def __init__(self, reads: list[str], strict: bool, fill: list[int]) -> None:
+        self._reads, self._strict, self._fill = reads, strict, fill
+
+    def _fill_ids(self, how: str) -> array[int]:
+        self._reads.append(how)
+        if self._strict:
+            raise PromptReadError(f"the prompt must not be read: {how}")
+        return array("q", self._fill)
+
+    def get_fill_ids(self) -> array[int]:
+        return self._fill_ids("get_fill_ids()")
+
+    @property
+    def fill_ids(self) -> array[int]:
+        return self._fill_ids("fill_ids")
+
+    @property
+    def full_untruncated_fill_ids(self) -> array[int]:
+        return self._fill_ids("full_untruncated_fill_ids")
+
+
+@dataclass(frozen=True)
+class Range:
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def _place_0_5_23(duck: Any, req: Request, row: torch.Tensor) -> None:
+    duck.kv = SimpleNamespace(req_pool_idx=req.req_pool_idx)
+    duck.prefix_len = req.prefix_len
+    duck.extend_end = req.extend_end
+    duck.extend_len = req.extend_len
+
+
+def _place_pr35070(duck: Any, req: Request, row: torch.Tensor) -> None:
+    duck.req_pool_idx = req.req_pool_idx
+    duck.prefix_indices = row[: req.prefix_len].to(torch.int64)
+    duck.extend_range = Range(req.prefix_len, req.extend_end)
+
+
+LAYOUTS: dict[str, Callable[[Any, Request, torch.Tensor], None]] = {
+    "sglang-0.5.23": _place_0_5_23,
+    "sglang-pr35070": _place_pr35070,
+}
+"""Layout name -> how a request's position fields are spelled in it."""
+
+
+def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str], strict: bool) -> DuckRequest:
+    if layout not in LAYOUTS:
+        raise TargetError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    fill = [*req.origin_input_ids, *req.output_ids][: req.extend_end]
+    duck = DuckRequest(reads, strict, fill)
+    LAYOUTS[layout](duck, req, row)
+    duck.origin_input_ids = GuardedTokens(list(req.origin_input_ids), "origin_input_ids", reads, strict)  # type: ignore[attr-defined]
+    duck.output_ids = GuardedTokens(list(req.output_ids), "output_ids", reads, strict)  # type: ignore[attr-defined]
+    for name in (
+        "retracted_stain",
+        "already_computed",
+        "cached_tokens",
+        "cached_tokens_device",
+        "is_retracted",
+        "pd_rebootstrap_in_progress",
+        "multimodal_inputs",
+    ):
+        setattr(duck, name, getattr(req, name))
+    duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]
+        top_logprobs_num=req.logprob.top_logprobs_num, token_ids_logprob=req.logprob.token_ids_logprob
+    )
+    for name, value in req.extra.items():
+        setattr(duck, name, value)
+    return duck
+
+
+def run_prepare_for_prebuilt(
+    target: Target, batch: PrebuiltBatch, device: str, *, strict_prompt: bool = False
+) -> PrebuiltOutcome:
+    """Run ``target.prepare_for_prebuilt`` on ``batch`` placed on ``device`` and read everything back."""
+    fn = target.require("prepare_for_prebuilt")
+    reads: list[str] = []
+    width = batch.width
+    table = torch.tensor(batch.req_to_token, dtype=torch.int32, device=device).reshape(len(batch.req_to_token), width)
+    reqs = [build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt) for r in batch.reqs]
+    before = table.clone()
+    duck = SimpleNamespace(
+        reqs=reqs,
+        device=device,
+        req_to_token_pool=SimpleNamespace(req_to_token=table),
+        return_logprob=batch.return_logprob,
+        model_config=SimpleNamespace(vocab_size=batch.vocab_size),
+        **{name: _UNSET for name in BATCH_FIELDS},
+    )
+    calls: list[tuple[Any, Any]] = []
+    returned = object()
+
+    def record(b: Any, vocab_size: Any) -> Any:
+        calls.append((b, vocab_size))
+        return returned
+
+    if target.sampling_info_path is None:
+        fn(duck)
+    else:
+        with mock.patch(target.sampling_info_path, side_effect=record):
+            fn(duck)
+    fields = {name: getattr(duck, name) for name in BATCH_FIELDS if getattr(duck, name) is not _UNSET}
+    after = [
+        RequestAfter(
+            d.cached_tokens,  # type: ignore[attr-defined]
+            d.cached_tokens_device,  # type: ignore[attr-defined]
+            d.already_computed,  # type: ignore[attr-defined]
+            d.is_retracted,  # type: ignore[attr-defined]
+            getattr(d, "pd_rebootstrap_in_progress", False),
+            {name: getattr(d, name) for name in r.extra},
+        )
+        for d, r in zip(reqs, batch.reqs)
+    ]
+    return PrebuiltOutcome(
+        fields=fields,
+        untouched={name for name in BATCH_FIELDS if name not in fields},
+        reqs_after=after,
+        sampling_info_calls=calls,
+        sampling_info_returned=returned if target.sampling_info_path is not None else _UNSET,
+        prompt_reads=reads,
+        req_to_token_before=before,
+        req_to_token_after=table,
+        batch_object=duck,
+    )

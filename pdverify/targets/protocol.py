@@ -1,0 +1,137 @@
+"""The target protocol: one object that supplies the functions under test.
+
+A target is a frozen record of callables, each optional. A property names the functions it needs; when the
+target lacks one the property is *not applicable* (reported as such, never as passed). ``prepare_for_prebuilt``
+works on duck-typed batch objects, so it travels with the *layout* its code reads (attribute names of the
+SGLang version it was written against); the layout adapter in ``pdverify.targets.layouts`` builds those objects
+from pdverify's model and maps the results back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from pdverify.production.page_index import PageIndices
+from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
+
+
+class KvToPageIndices(Protocol):
+    def __call__(self, kv_indices: torch.Tensor, page_size: int, /) -> PageIndices: ...
+
+
+class SuffixPageIndices(Protocol):
+    def __call__(
+        self, req_to_token: torch.Tensor, req_pool_idx: int, prefix_len: int, seq_len: int, page_size: int, /
+    ) -> PageIndices: ...
+
+
+class PageArithmetic(Protocol):
+    def __call__(self, n: int, page_size: int, /) -> int: ...
+
+
+class MinimaxTransferPages(Protocol):
+    def __call__(self, token_indices: torch.Tensor, *, page_size: int, prefix_len: int) -> PageIndices: ...
+
+
+class SendKvChunk(Protocol):
+    def __call__(
+        self,
+        req_to_token: torch.Tensor,
+        state: PrefillSendState,
+        *,
+        extend_end: int,
+        last_chunk: bool,
+        page_size: int,
+    ) -> tuple[KvChunk | None, PrefillSendState]: ...
+
+
+class DecodePageIndices(Protocol):
+    def __call__(
+        self,
+        req_to_token: torch.Tensor,
+        req_pool_idx: int,
+        decode_prefix_len: int,
+        origin_input_len: int,
+        page_size: int,
+        /,
+    ) -> WireIndices: ...
+
+
+PrebuiltFn = Callable[[Any], None]
+"""``prepare_for_prebuilt(batch)`` on a duck-typed batch whose attribute names follow the target's layout."""
+
+FUNCTIONS: tuple[str, ...] = (
+    "kv_to_page_indices",
+    "suffix_page_indices",
+    "kv_to_page_num",
+    "page_align_floor",
+    "minimax_index_transfer_pages",
+    "send_kv_chunk",
+    "decode_page_indices",
+    "prepare_for_prebuilt",
+)
+"""Every function a target may supply, in report order."""
+
+
+class NotApplicable(LookupError):
+    """The target does not supply a function a property needs."""
+
+
+class TargetError(Exception):
+    """A target cannot be loaded or is malformed; the message names the target (and the function)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The functions under test of one implementation.
+
+    ``layout`` names the request/batch layout ``prepare_for_prebuilt`` expects (see
+    ``pdverify.targets.layouts.LAYOUTS``); ``sampling_info_path`` is the dotted path of the
+    ``SamplingBatchInfo.from_schedule_batch`` its code calls, patched during a run (as the upstream test does).
+    """
+
+    name: str
+    description: str = ""
+    kv_to_page_indices: KvToPageIndices | None = None
+    suffix_page_indices: SuffixPageIndices | None = None
+    kv_to_page_num: PageArithmetic | None = None
+    page_align_floor: PageArithmetic | None = None
+    minimax_index_transfer_pages: MinimaxTransferPages | None = None
+    send_kv_chunk: SendKvChunk | None = None
+    decode_page_indices: DecodePageIndices | None = None
+    prepare_for_prebuilt: PrebuiltFn | None = None
+    layout: str = "sglang-0.5.23"
+    sampling_info_path: str | None = None
+    package: str = "pdverify"
+    """The distribution whose version the run report records."""
+
+    def supplies(self, function: str) -> bool:
+        if function not in FUNCTIONS:
+            raise TargetError(f"target {self.name!r}: unknown function {function!r} (known: {', '.join(FUNCTIONS)})")
+        return getattr(self, function) is not None
+
+    def require(self, function: str) -> Any:
+        """The callable for ``function``; ``NotApplicable`` when the target does not supply it."""
+        if not self.supplies(function):
+            raise NotApplicable(f"target {self.name!r} does not supply {function}")
+        return getattr(self, function)
+
+    def derive(self, name: str, description: str = "", **functions: Any) -> Target:
+        """A new target equal to this one but with the named functions (or ``layout``...) replaced.
+
+        >>> from pdverify.targets import load_target
+        >>> broken = load_target("pdverify").derive("off-by-one", page_align_floor=lambda n, ps: n)
+        """
+        known = {f.name for f in dataclasses.fields(self)} - {"name", "description"}
+        unknown = sorted(set(functions) - known)
+        if unknown:
+            raise TargetError(f"target {self.name!r}: cannot replace unknown field(s) {', '.join(unknown)}")
+        for fn_name, fn in functions.items():
+            if fn_name in FUNCTIONS and fn is not None and not callable(fn):
+                raise TargetError(f"target {name!r}: {fn_name} must be callable, got {type(fn).__name__}")
+        return dataclasses.replace(self, name=name, description=description or self.description, **functions)

@@ -1,0 +1,121 @@
+"""Strategies for paged KV layouts: page sizes, paged rows, aligned prefixes, chunk schedules, PD pairs.
+
+Everything generated is in contract (rows laid out ``page * page_size + offset`` over distinct physical
+pages >= 1, prefixes page-aligned, ``0 <= D <= L``); out-of-contract inputs are explicit error-input tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from pdverify.model.layout import PagedRow, pages_needed
+from strategies._validate import check_int, check_range
+
+ODD_PAGE_SIZES = (3, 5, 7, 12, 33)
+
+
+def page_sizes(*, max_size: int = 256, odd: bool = True) -> st.SearchStrategy[int]:
+    """Page sizes: 1, the powers of two up to ``max_size`` and (with ``odd``) a few other sizes.
+
+    Shrinks towards 1.
+    """
+    check_int("max_size", max_size, minimum=1)
+    sizes = {1 << k for k in range(max_size.bit_length()) if 1 << k <= max_size}
+    if odd:
+        sizes |= {s for s in ODD_PAGE_SIZES if s <= max_size}
+    return st.sampled_from(sorted(sizes))
+
+
+def index_dtypes() -> st.SearchStrategy[torch.dtype]:
+    """The index dtypes of token locations: int32 (``req_to_token`` rows) and int64 (translated indices)."""
+    return st.sampled_from([torch.int32, torch.int64])
+
+
+@st.composite
+def paged_rows(
+    draw: st.DrawFn,
+    page_size: int | st.SearchStrategy[int] | None = None,
+    *,
+    min_length: int = 0,
+    max_length: int = 2048,
+    prefix: bool = True,
+    spare_pages: int = 64,
+) -> PagedRow:
+    """A request's paged row: ``length`` tokens (``min_length..max_length``) on fragmented, unordered,
+    distinct physical pages drawn from a pool of ``pages_needed + spare_pages`` pages (page 0 never used),
+    and (with ``prefix``) a page-aligned decode prefix ``D <= length``; otherwise ``D == 0``."""
+    check_int("min_length", min_length)
+    check_int("max_length", max_length)
+    check_range("min_length", min_length, "max_length", max_length)
+    check_int("spare_pages", spare_pages)
+    if page_size is None:
+        ps = draw(page_sizes())
+    elif isinstance(page_size, st.SearchStrategy):
+        ps = draw(page_size)
+    else:
+        ps = check_int("page_size", page_size, minimum=1)
+    length = draw(st.integers(min_length, max_length))
+    count = pages_needed(length, ps)
+    pool = count + spare_pages
+    pages = draw(st.lists(st.integers(1, pool), min_size=count, max_size=count, unique=True))
+    d = draw(st.integers(0, length // ps)) * ps if prefix else 0
+    return PagedRow(tuple(pages), length, ps, d)
+
+
+@st.composite
+def chunk_schedules(draw: st.DrawFn, length: int, *, max_chunks: int = 8) -> list[int]:
+    """Where prefill's chunks end: a non-decreasing list of 1..``max_chunks`` ends in ``0..length`` whose
+    last element is ``length`` (the last chunk). Ends fall anywhere, mid-page included."""
+    check_int("length", length)
+    check_int("max_chunks", max_chunks, minimum=1)
+    inner = draw(st.lists(st.integers(0, length), max_size=max_chunks - 1))
+    return [*sorted(inner), length]
+
+
+@dataclass(frozen=True)
+class PDPair:
+    """One request seen from both sides: same ``L``, ``D`` and page size, different physical pages."""
+
+    prefill: PagedRow
+    decode: PagedRow
+    chunk_ends: list[int]
+
+    @property
+    def page_size(self) -> int:
+        return self.prefill.page_size
+
+    @property
+    def length(self) -> int:
+        return self.prefill.length
+
+    @property
+    def prefix_len(self) -> int:
+        return self.decode.prefix_len
+
+
+@st.composite
+def pd_pairs(
+    draw: st.DrawFn,
+    page_size: int | st.SearchStrategy[int] | None = None,
+    *,
+    max_length: int = 1024,
+    max_chunks: int = 8,
+) -> PDPair:
+    """A request's prefill row and decode row (independently fragmented), its decode prefix and a chunk
+    schedule for prefill."""
+    decode = draw(paged_rows(page_size, max_length=max_length))
+    ps, n = decode.page_size, decode.length
+    count = pages_needed(n, ps)
+    pages = draw(st.lists(st.integers(1, count + 64), min_size=count, max_size=count, unique=True))
+    prefill = PagedRow(tuple(pages), n, ps, decode.prefix_len)
+    return PDPair(prefill, decode, draw(chunk_schedules(n, max_chunks=max_chunks)))
+
+
+def token_index_lists(*, max_size: int = 512, max_value: int = 2**31 - 1) -> st.SearchStrategy[list[int]]:
+    """Any non-negative integer token indices (the page formula holds on every integer input)."""
+    check_int("max_size", max_size)
+    check_int("max_value", max_value)
+    return st.lists(st.integers(0, max_value), max_size=max_size)
