@@ -4,6 +4,7 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
+from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
     chunk_schedules,
@@ -13,8 +14,16 @@ from strategies.layouts import (
     pd_pairs,
     token_index_lists,
 )
+from strategies.requests import batches, requests
 
 __all__ = [
+    "REGISTRY",
+    "RequestField",
+    "batches",
+    "register_field",
+    "registered",
+    "requests",
+    "unregister_field",
     "PDPair",
     "chunk_schedules",
     "index_dtypes",

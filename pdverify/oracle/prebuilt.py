@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +26,19 @@ class ExpectedPrebuilt:
     reqs_after: list[RequestAfter]
 
 
-def expected_prebuilt(batch: PrebuiltBatch) -> ExpectedPrebuilt:
-    """What decode's PREBUILT batch must hold after preparation (spec properties P19-P27)."""
+def expected_prebuilt(
+    batch: PrebuiltBatch, effects: Mapping[str, Callable[[Any], Any]] | None = None
+) -> ExpectedPrebuilt:
+    """What decode's PREBUILT batch must hold after preparation (spec properties P19-P27).
+
+    ``effects`` maps each registered extra request field to the value it must hold afterwards.
+    """
     validate_batch(batch)
+    effects = effects or {}
+    for i, req in enumerate(batch.reqs):
+        unknown = sorted(set(req.extra) - set(effects))
+        if unknown:
+            raise ValueError(f"request {i}: extra field(s) {', '.join(unknown)} have no expected effect")
     out_cache_loc: list[int] = []
     seq_lens: list[int] = []
     after: list[RequestAfter] = []
@@ -45,7 +56,8 @@ def expected_prebuilt(batch: PrebuiltBatch) -> ExpectedPrebuilt:
             cached = req.cached_tokens + newly_cached
             cached_device = req.cached_tokens_device + newly_cached
             computed = seq_len
-        after.append(RequestAfter(cached, cached_device, computed, False, False))
+        extra = {name: effects[name](value) for name, value in req.extra.items()}
+        after.append(RequestAfter(cached, cached_device, computed, False, False, extra))
     return ExpectedPrebuilt(
         forward_mode="PREBUILT",
         out_cache_loc=out_cache_loc,

@@ -86,7 +86,7 @@ class TargetError(Exception):
     """A target cannot be loaded or is malformed; the message names the target (and the function)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Target:
     """The functions under test of one implementation.
 
@@ -109,6 +109,9 @@ class Target:
     sampling_info_path: str | None = None
     package: str = "pdverify"
     """The distribution whose version the run report records."""
+
+    def __repr__(self) -> str:
+        return f"Target({self.name!r})"
 
     def supplies(self, function: str) -> bool:
         if function not in FUNCTIONS:

@@ -1,0 +1,243 @@
+"""Properties P19-P30: ``prepare_for_prebuilt`` on every kind of batch (sglang-pd.md section 5 D)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import event, example
+
+from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
+from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
+from pdverify.properties.compare import assert_tensor
+from pdverify.properties.registry import prop
+from pdverify.targets import Target, load_target
+from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
+from strategies import batches
+from strategies.fields import expected_effects
+
+NEEDS = ("prepare_for_prebuilt",)
+
+
+def seed_batch() -> PrebuiltBatch:
+    """The upstream #35070 regression case: one request, prefix 2, extend 3, row ``arange(5)``."""
+    req = Request(0, 2, 3, [0, 1, 2, 3, 4], [], retracted_stain=True, is_retracted=True)
+    return PrebuiltBatch([req], [[0, 1, 2, 3, 4]])
+
+
+SPEC_BATCH = PrebuiltBatch(
+    [
+        Request(1, 4, 6, [0] * 10, [0], already_computed=2, cached_tokens=2, cached_tokens_device=0,
+                is_retracted=True, pd_rebootstrap_in_progress=True),
+        Request(2, 0, 5, [0] * 5, [0], retracted_stain=True, cached_tokens=3, is_retracted=True,
+                pd_rebootstrap_in_progress=True),
+    ],
+    [[0] * 16, [24, 25, 26, 27, 8, 9, 28, 29, 30, 31, 4] + [0] * 5, [28, 29, 30, 31, 4, 5] + [0] * 10],
+    return_logprob=True,
+)  # fmt: skip
+"""The worked example of sglang-pd.md section 4 (two requests, one stained, logprob on)."""
+
+EMPTY_BATCH = PrebuiltBatch([], [[0, 0]])
+
+
+def _run(target: Target, batch: PrebuiltBatch, device: str, strict: bool = False) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
+    expected = expected_prebuilt(batch, expected_effects())
+    if not batch.reqs:
+        event("empty batch")
+    elif any(r.extend_len == 0 for r in batch.reqs):
+        event("a request with extend 0")
+    if any(r.retracted_stain for r in batch.reqs):
+        event("stained request")
+    return run_prepare_for_prebuilt(target, batch, device, strict_prompt=strict), expected
+
+
+def _field(out: PrebuiltOutcome, name: str) -> Any:
+    assert name in out.fields, f"prepare_for_prebuilt left batch.{name} unset"
+    return out.fields[name]
+
+
+def _examples(fn):  # type: ignore[no-untyped-def]
+    for b in (seed_batch(), SPEC_BATCH, EMPTY_BATCH):
+        fn = example(batch=b)(fn)
+    return fn
+
+
+@_examples
+@prop("P19", "out_cache_loc: the rows' [prefix, prefix+extend) slices concatenated in batch order, int64",
+      needs=NEEDS, batch=batches())
+def test_p19_out_cache_loc(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    assert_tensor("out_cache_loc", _field(out, "out_cache_loc"), exp.out_cache_loc, torch.int64, device)
+
+
+@_examples
+@prop("P20", "extend_num_tokens == sum of extend lengths; prefix_lens and extend_lens per request",
+      needs=NEEDS, batch=batches())
+def test_p20_extend_counts(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    got = _field(out, "extend_num_tokens")
+    assert type(got) is int and got == exp.extend_num_tokens, f"extend_num_tokens={got!r}, expected {exp.extend_num_tokens}"
+    assert _field(out, "prefix_lens") == exp.prefix_lens, f"prefix_lens={out.fields['prefix_lens']}"
+    assert _field(out, "extend_lens") == exp.extend_lens, f"extend_lens={out.fields['extend_lens']}"
+
+
+@_examples
+@prop("P21", "seq_lens (int64, device), seq_lens_cpu (int64, cpu), orig_seq_lens (int32, device), seq_lens_sum",
+      needs=NEEDS, batch=batches())
+def test_p21_seq_lens(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    assert_tensor("seq_lens", _field(out, "seq_lens"), exp.seq_lens, torch.int64, device)
+    assert_tensor("seq_lens_cpu", _field(out, "seq_lens_cpu"), exp.seq_lens, torch.int64, "cpu")
+    assert_tensor("orig_seq_lens", _field(out, "orig_seq_lens"), exp.seq_lens, torch.int32, device)
+    total = _field(out, "seq_lens_sum")
+    assert type(total) is int and total == exp.seq_lens_sum, f"seq_lens_sum={total!r}, expected {exp.seq_lens_sum}"
+
+
+@_examples
+@prop("P21b", "req_pool_indices (int64, device) and its cpu mirror, in batch order",
+      needs=NEEDS, batch=batches())
+def test_p21b_req_pool_indices(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    assert_tensor("req_pool_indices", _field(out, "req_pool_indices"), exp.req_pool_indices, torch.int64, device)
+    assert_tensor("req_pool_indices_cpu", _field(out, "req_pool_indices_cpu"), exp.req_pool_indices, torch.int64, "cpu")
+
+
+@_examples
+@prop("P22", "no prompt transfer: input_ids is None; get_fill_ids / fill_ids never called",
+      needs=NEEDS, batch=batches())
+def test_p22_no_prompt_transfer(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, _ = _run(target, batch, device)
+    assert "input_ids" in out.fields and out.fields["input_ids"] is None, (
+        f"input_ids must be None, got {out.fields.get('input_ids', '<unset>')!r}"
+    )
+    fill_reads = [r for r in out.prompt_reads if "fill_ids" in r]
+    assert not fill_reads, f"the prompt was read: {fill_reads[:3]} ({len(fill_reads)} read(s))"
+
+
+@_examples
+@prop("P22b", "the prompt's contents are never touched (its length only): a strict prompt guard never fires",
+      needs=NEEDS, batch=batches())
+def test_p22b_prompt_untouched(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    try:
+        out, _ = _run(target, batch, device, strict=True)
+    except PromptReadError as exc:
+        raise AssertionError(f"prompt contents read: {exc}") from None
+    assert not out.prompt_reads, f"prompt contents read: {out.prompt_reads[:3]}"
+
+
+@_examples
+@prop("P23", "not stained: cached_tokens(_device) grow by max(0, prefix - already_computed); already_computed = seq_len",
+      needs=NEEDS, batch=batches())
+def test_p23_bookkeeping(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    for i, (req, got, want) in enumerate(zip(batch.reqs, out.reqs_after, exp.reqs_after)):
+        if req.retracted_stain:
+            continue
+        if req.prefix_len > req.already_computed:
+            event("delta > 0")
+        else:
+            event("delta clamped to 0")
+        assert (got.cached_tokens, got.cached_tokens_device, got.already_computed) == (
+            want.cached_tokens, want.cached_tokens_device, want.already_computed
+        ), f"request {i}: (cached, cached_device, already_computed) = {got}, expected {want}"
+        assert got.cached_tokens >= req.cached_tokens, f"request {i}: cached_tokens decreased"
+
+
+@_examples
+@prop("P24", "stained (retracted_stain): cached_tokens, cached_tokens_device and already_computed unchanged",
+      needs=NEEDS, batch=batches())
+def test_p24_stained(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, _ = _run(target, batch, device)
+    for i, (req, got) in enumerate(zip(batch.reqs, out.reqs_after)):
+        if req.retracted_stain:
+            before = (req.cached_tokens, req.cached_tokens_device, req.already_computed)
+            after = (got.cached_tokens, got.cached_tokens_device, got.already_computed)
+            assert after == before, f"stained request {i}: {before} became {after}"
+
+
+@_examples
+@prop("P25", "afterwards is_retracted is False and pd_rebootstrap_in_progress is falsy, for every request",
+      needs=NEEDS, batch=batches())
+def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, _ = _run(target, batch, device)
+    for i, got in enumerate(out.reqs_after):
+        assert got.is_retracted is False, f"request {i}: is_retracted = {got.is_retracted!r}"
+        assert not got.pd_rebootstrap_in_progress, f"request {i}: pd_rebootstrap_in_progress still set"
+
+
+@_examples
+@prop("P26", "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
+      needs=NEEDS, batch=batches())
+def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    if exp.top_logprobs_nums is None:
+        assert {"top_logprobs_nums", "token_ids_logprobs"} <= out.untouched, "logprob lists set with return_logprob off"
+    else:
+        assert _field(out, "top_logprobs_nums") == exp.top_logprobs_nums
+        assert _field(out, "token_ids_logprobs") == exp.token_ids_logprobs
+    assert _field(out, "multimodal_inputs") == exp.multimodal_inputs
+    assert all(a is b for a, b in zip(out.fields["multimodal_inputs"], exp.multimodal_inputs))
+    assert _field(out, "extend_logprob_start_lens") is None
+    assert _field(out, "extend_input_logprob_token_ids") is None
+
+
+@_examples
+@prop("P27", "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once",
+      needs=NEEDS, batch=batches())
+def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    if target.sampling_info_path is None:
+        pytest.skip(f"not applicable: target {target.name!r} names no sampling_info_path to observe")
+    out, _ = _run(target, batch, device)
+    mode = _field(out, "forward_mode")
+    assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"
+    assert len(out.sampling_info_calls) == 1, f"from_schedule_batch called {len(out.sampling_info_calls)} times"
+    passed_batch, vocab = out.sampling_info_calls[0]
+    assert passed_batch is out.batch_object and vocab == batch.vocab_size
+    assert _field(out, "sampling_info") is out.sampling_info_returned
+
+
+@_examples
+@prop("P28", "differential: equal to the pre-#35070 function on every field but input_ids",
+      needs=NEEDS, batch=batches())
+def test_p28_differential(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, _ = _run(target, batch, device)
+    ref = run_prepare_for_prebuilt(load_target("legacy"), batch, device)
+    for name in sorted(set(out.fields) | set(ref.fields)):
+        if name in ("input_ids", "sampling_info", "forward_mode"):
+            continue
+        a, b = out.fields.get(name, "<unset>"), ref.fields.get(name, "<unset>")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            same = a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+        else:
+            same = a == b
+        assert same, f"batch.{name}: {a!r} (target) != {b!r} (pre-#35070)"
+    assert out.reqs_after == ref.reqs_after, "request bookkeeping differs from the pre-#35070 function"
+
+
+@_examples
+@prop("P29", "purity: the request-to-token table is not modified", needs=NEEDS, batch=batches())
+def test_p29_table_unchanged(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, _ = _run(target, batch, device)
+    assert torch.equal(out.req_to_token_before, out.req_to_token_after), "req_to_token was modified"
+
+
+@_examples
+@prop("P30", "every registered request field holds its expected value afterwards", needs=NEEDS, batch=batches())
+def test_p30_registered_fields(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    out, exp = _run(target, batch, device)
+    for i, (got, want) in enumerate(zip(out.reqs_after, exp.reqs_after)):
+        assert got.extra == want.extra, f"request {i}: registered fields {got.extra} != expected {want.extra}"
+
+
+@pytest.mark.needs(*NEEDS)
+def test_seed_regression_prebuilt_skips_unused_prompt_tensor(target: Target, device: str) -> None:
+    """Upstream #35070's own test in pdverify's words: prefix 2, extend 3, the prompt never read."""
+    out = run_prepare_for_prebuilt(target, seed_batch(), device)
+    assert out.fields["input_ids"] is None
+    assert out.fields["extend_num_tokens"] == 3
+    assert_tensor("out_cache_loc", out.fields["out_cache_loc"], [2, 3, 4], torch.int64, device)
+    assert not [r for r in out.prompt_reads if "get_fill_ids" in r], "get_fill_ids was called"
+
+
+__all__ = ["SPEC_BATCH", "LogprobSettings", "seed_batch"]

@@ -1,0 +1,71 @@
+"""Run one property against one target directly (no pytest), with a chosen settings profile.
+
+Used by ``pdverify mutate`` and by the suite's own tests; ``pdverify check`` goes through pytest.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
+from pdverify.targets import Target
+
+
+@dataclass(frozen=True)
+class PropertyRun:
+    property: str
+    status: str
+    """``passed``, ``failed``, ``not applicable`` or ``no examples``."""
+    examples: int
+    seconds: float
+    message: str = ""
+
+
+def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profile: str = "mutate") -> PropertyRun:
+    """Run ``info`` on ``target`` under Hypothesis profile ``profile``; a failure's message holds the
+    shrunk counterexample Hypothesis reported."""
+    missing = [fn for fn in info.needs if not target.supplies(fn)]
+    if missing:
+        return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
+    test: Any = info.test
+    saved = getattr(test, "_hypothesis_internal_use_settings", None)
+    reset_examples()
+    start = time.perf_counter()
+    try:
+        if saved is not None:
+            # Rebind the profile for this call only (settings are otherwise fixed at decoration time).
+            test._hypothesis_internal_use_settings = settings.get_profile(profile)
+        test(target=target, device=device)
+    except pytest.skip.Exception as exc:
+        return PropertyRun(info.id, "not applicable", EXAMPLES.examples, time.perf_counter() - start, str(exc))
+    except BaseException as exc:  # a property failure or an exception raised inside the target
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return PropertyRun(info.id, "failed", EXAMPLES.examples, time.perf_counter() - start, f"{text}\n{notes}".strip())
+    finally:
+        if saved is not None:
+            test._hypothesis_internal_use_settings = saved
+    status = "passed" if EXAMPLES.examples else "no examples"
+    return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
+
+
+def load_properties() -> dict[str, PropertyInfo]:
+    """Import every property module and return the registry, in declaration order."""
+    import importlib
+    import pkgutil
+
+    import pdverify.properties as package
+    from pdverify.properties.registry import PROPERTIES
+
+    for mod in pkgutil.iter_modules(package.__path__):
+        if mod.name.startswith("test_"):
+            importlib.import_module(f"{package.__name__}.{mod.name}")
+    return PROPERTIES
