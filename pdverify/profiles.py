@@ -26,6 +26,7 @@ PROFILES: dict[str, dict[str, object]] = {
     },
     "mutate": {
         "max_examples": 60,
+        "report_multiple_bugs": False,
         "deadline": None,
         "derandomize": True,
         "database": None,

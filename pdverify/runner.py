@@ -47,14 +47,22 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     except BaseException as exc:  # a property failure or an exception raised inside the target
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        notes = "\n".join(getattr(exc, "__notes__", []))
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return PropertyRun(info.id, "failed", EXAMPLES.examples, time.perf_counter() - start, f"{text}\n{notes}".strip())
+        return PropertyRun(info.id, "failed", EXAMPLES.examples, time.perf_counter() - start, describe_failure(exc))
     finally:
         if saved is not None:
             test._hypothesis_internal_use_settings = saved
     status = "passed" if EXAMPLES.examples else "no examples"
     return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The exception's one-line text and Hypothesis's notes (the falsifying example), for each failure of
+    an exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "\n\n".join(describe_failure(e) for e in exc.exceptions)
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    notes = "\n".join(getattr(exc, "__notes__", []))
+    return f"{text}\n{notes}".strip()
 
 
 def load_properties() -> dict[str, PropertyInfo]:

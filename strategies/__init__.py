@@ -18,17 +18,17 @@ from strategies.requests import batches, requests
 
 __all__ = [
     "REGISTRY",
+    "PDPair",
     "RequestField",
     "batches",
-    "register_field",
-    "registered",
-    "requests",
-    "unregister_field",
-    "PDPair",
     "chunk_schedules",
     "index_dtypes",
     "page_sizes",
     "paged_rows",
     "pd_pairs",
+    "register_field",
+    "registered",
+    "requests",
     "token_index_lists",
+    "unregister_field",
 ]

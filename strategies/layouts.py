@@ -34,8 +34,34 @@ def index_dtypes() -> st.SearchStrategy[torch.dtype]:
     return st.sampled_from([torch.int32, torch.int64])
 
 
-@st.composite
 def paged_rows(
+    page_size: int | st.SearchStrategy[int] | None = None,
+    *,
+    min_length: int = 0,
+    max_length: int = 2048,
+    prefix: bool = True,
+    spare_pages: int = 64,
+) -> st.SearchStrategy[PagedRow]:
+    """A request's paged row: ``length`` tokens (``min_length..max_length``) on fragmented, unordered,
+    distinct physical pages drawn from a pool of ``pages_needed + spare_pages`` pages (page 0 never used),
+    and (with ``prefix``) a page-aligned decode prefix ``D <= length``; otherwise ``D == 0``."""
+    check_int("min_length", min_length)
+    check_int("max_length", max_length)
+    check_range("min_length", min_length, "max_length", max_length)
+    check_int("spare_pages", spare_pages)
+    if page_size is not None and not isinstance(page_size, st.SearchStrategy):
+        check_int("page_size", page_size, minimum=1)
+    return _paged_rows(
+        page_size=page_size,
+        min_length=min_length,
+        max_length=max_length,
+        prefix=prefix,
+        spare_pages=spare_pages,
+    )
+
+
+@st.composite
+def _paged_rows(
     draw: st.DrawFn,
     page_size: int | st.SearchStrategy[int] | None = None,
     *,
@@ -44,19 +70,12 @@ def paged_rows(
     prefix: bool = True,
     spare_pages: int = 64,
 ) -> PagedRow:
-    """A request's paged row: ``length`` tokens (``min_length..max_length``) on fragmented, unordered,
-    distinct physical pages drawn from a pool of ``pages_needed + spare_pages`` pages (page 0 never used),
-    and (with ``prefix``) a page-aligned decode prefix ``D <= length``; otherwise ``D == 0``."""
-    check_int("min_length", min_length)
-    check_int("max_length", max_length)
-    check_range("min_length", min_length, "max_length", max_length)
-    check_int("spare_pages", spare_pages)
     if page_size is None:
         ps = draw(page_sizes())
     elif isinstance(page_size, st.SearchStrategy):
         ps = draw(page_size)
     else:
-        ps = check_int("page_size", page_size, minimum=1)
+        ps = page_size
     length = draw(st.integers(min_length, max_length))
     count = pages_needed(length, ps)
     pool = count + spare_pages
@@ -65,12 +84,25 @@ def paged_rows(
     return PagedRow(tuple(pages), length, ps, d)
 
 
-@st.composite
-def chunk_schedules(draw: st.DrawFn, length: int, *, max_chunks: int = 8) -> list[int]:
+def chunk_schedules(
+    length: int,
+    *,
+    max_chunks: int = 8,
+) -> st.SearchStrategy[list[int]]:
     """Where prefill's chunks end: a non-decreasing list of 1..``max_chunks`` ends in ``0..length`` whose
     last element is ``length`` (the last chunk). Ends fall anywhere, mid-page included."""
     check_int("length", length)
     check_int("max_chunks", max_chunks, minimum=1)
+    return _chunk_schedules(length=length, max_chunks=max_chunks)
+
+
+@st.composite
+def _chunk_schedules(
+    draw: st.DrawFn,
+    length: int,
+    *,
+    max_chunks: int = 8,
+) -> list[int]:
     inner = draw(st.lists(st.integers(0, length), max_size=max_chunks - 1))
     return [*sorted(inner), length]
 
@@ -96,16 +128,26 @@ class PDPair:
         return self.decode.prefix_len
 
 
-@st.composite
 def pd_pairs(
+    page_size: int | st.SearchStrategy[int] | None = None,
+    *,
+    max_length: int = 1024,
+    max_chunks: int = 8,
+) -> st.SearchStrategy[PDPair]:
+    """A request's prefill row and decode row (independently fragmented), its decode prefix and a chunk
+    schedule for prefill."""
+
+    return _pd_pairs(page_size=page_size, max_length=max_length, max_chunks=max_chunks)
+
+
+@st.composite
+def _pd_pairs(
     draw: st.DrawFn,
     page_size: int | st.SearchStrategy[int] | None = None,
     *,
     max_length: int = 1024,
     max_chunks: int = 8,
 ) -> PDPair:
-    """A request's prefill row and decode row (independently fragmented), its decode prefix and a chunk
-    schedule for prefill."""
     decode = draw(paged_rows(page_size, max_length=max_length))
     ps, n = decode.page_size, decode.length
     count = pages_needed(n, ps)

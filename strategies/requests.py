@@ -15,15 +15,13 @@ from strategies.fields import REGISTRY
 from strategies.layouts import page_sizes
 
 
-@st.composite
 def requests(
-    draw: st.DrawFn,
     req_pool_idx: int,
     *,
     max_prompt: int = 64,
     max_output: int = 4,
     page_size: int = 1,
-) -> Request:
+) -> st.SearchStrategy[Request]:
     """One request at row ``req_pool_idx``: a prompt of 0..``max_prompt`` tokens, 0..``max_output`` output
     tokens, a decode prefix anywhere in ``0..extend_end`` (page-aligned half of the time), extend length
     ``extend_end - prefix`` (0 included), where ``extend_end`` is the KV decode committed (one more during a
@@ -33,6 +31,18 @@ def requests(
     check_int("max_prompt", max_prompt)
     check_int("max_output", max_output)
     check_int("page_size", page_size, minimum=1)
+    return _requests(req_pool_idx=req_pool_idx, max_prompt=max_prompt, max_output=max_output, page_size=page_size)
+
+
+@st.composite
+def _requests(
+    draw: st.DrawFn,
+    req_pool_idx: int,
+    *,
+    max_prompt: int = 64,
+    max_output: int = 4,
+    page_size: int = 1,
+) -> Request:
     prompt = draw(st.lists(st.integers(0, 50_000), max_size=max_prompt))
     output = draw(st.lists(st.integers(0, 50_000), max_size=max_output))
     seq_len = len(prompt) + max(0, len(output) - 1)
@@ -55,23 +65,19 @@ def requests(
         cached_tokens_device=draw(st.integers(0, cached)),
         is_retracted=draw(st.booleans()),
         pd_rebootstrap_in_progress=rebootstrap or draw(st.booleans()),
-        logprob=LogprobSettings(
-            draw(st.integers(0, 5)), draw(st.none() | st.lists(st.integers(0, 100), max_size=3))
-        ),
+        logprob=LogprobSettings(draw(st.integers(0, 5)), draw(st.none() | st.lists(st.integers(0, 100), max_size=3))),
         multimodal_inputs=draw(st.none() | st.builds(dict, mm=st.integers(0, 9))),
         extra={name: draw(spec.strategy) for name, spec in REGISTRY.items()},
     )
 
 
-@st.composite
 def batches(
-    draw: st.DrawFn,
     *,
     min_requests: int = 0,
     max_requests: int = 6,
     max_prompt: int = 64,
     spare_rows: int = 2,
-) -> PrebuiltBatch:
+) -> st.SearchStrategy[PrebuiltBatch]:
     """A PREBUILT batch of ``min_requests..max_requests`` requests on distinct, shuffled rows of an int32
     request-to-token table (plus ``spare_rows`` unused rows); rows are paged with distinct slot values
     across the table; ``return_logprob`` on or off."""
@@ -83,6 +89,18 @@ def batches(
         from hypothesis.errors import InvalidArgument
 
         raise InvalidArgument(f"min_requests={min_requests} must be <= max_requests={max_requests}")
+    return _batches(min_requests=min_requests, max_requests=max_requests, max_prompt=max_prompt, spare_rows=spare_rows)
+
+
+@st.composite
+def _batches(
+    draw: st.DrawFn,
+    *,
+    min_requests: int = 0,
+    max_requests: int = 6,
+    max_prompt: int = 64,
+    spare_rows: int = 2,
+) -> PrebuiltBatch:
     ps = draw(page_sizes(max_size=16))
     n = draw(st.integers(min_requests, max_requests))
     rows = n + spare_rows

@@ -131,9 +131,7 @@ def validate_batch(batch: PrebuiltBatch) -> None:
         if req.req_pool_idx >= len(rows):
             raise ValueError(f"{where}: req_pool_idx={req.req_pool_idx} out of range (table has {len(rows)} rows)")
         if req.extend_end > width:
-            raise ValueError(
-                f"{where}: prefix_len + extend_len = {req.extend_end} exceeds the row width {width}"
-            )
+            raise ValueError(f"{where}: prefix_len + extend_len = {req.extend_end} exceeds the row width {width}")
         if not req.output_ids and req.seq_len - req.prefix_len != req.extend_len:
             raise ValueError(
                 f"{where}: with empty output_ids, seq_len - prefix_len ({req.seq_len} - {req.prefix_len}) "
@@ -141,4 +139,3 @@ def validate_batch(batch: PrebuiltBatch) -> None:
             )
         if batch.return_logprob and req.logprob is None:
             raise ValueError(f"{where}: logprob settings are required when return_logprob is set")
-

@@ -42,9 +42,7 @@ class PagedAllocator:
         require_page_size(self.page_size)
         order = list(range(1, self.num_pages)) if self.free_order is None else list(self.free_order)
         if sorted(order) != list(range(1, self.num_pages)):
-            raise ValueError(
-                f"free_order must be a permutation of pages 1..{self.num_pages - 1} (page 0 is reserved)"
-            )
+            raise ValueError(f"free_order must be a permutation of pages 1..{self.num_pages - 1} (page 0 is reserved)")
         self._free = order
 
     @property
@@ -103,9 +101,7 @@ class PagedRow:
         if self.prefix_len > self.length:
             raise ValueError(f"prefix_len={self.prefix_len} must be <= length={self.length}")
         if self.prefix_len % self.page_size:
-            raise ValueError(
-                f"prefix_len={self.prefix_len} must be page-aligned (page_size={self.page_size})"
-            )
+            raise ValueError(f"prefix_len={self.prefix_len} must be page-aligned (page_size={self.page_size})")
         if any(p == PADDING_PAGE for p in self.pages):
             raise ValueError("pages must not contain page 0 (reserved for padding)")
         if len(set(self.pages)) != len(self.pages):

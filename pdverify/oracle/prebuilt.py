@@ -50,7 +50,11 @@ def expected_prebuilt(
         seq_len = len(req.origin_input_ids) + (generated - 1 if generated > 0 else 0)
         seq_lens.append(seq_len)
         if req.retracted_stain:
-            cached, cached_device, computed = req.cached_tokens, req.cached_tokens_device, req.already_computed
+            cached, cached_device, computed = (
+                req.cached_tokens,
+                req.cached_tokens_device,
+                req.already_computed,
+            )
         else:
             newly_cached = req.prefix_len - req.already_computed if req.prefix_len > req.already_computed else 0
             cached = req.cached_tokens + newly_cached

@@ -56,9 +56,7 @@ class KvChunk:
     """The sender's view: this chunk brings its page counter to ``num_pages``."""
 
 
-def finalize_bootstrap(
-    req_pool_idx: int, origin_len: int, decode_prefix_len: int, page_size: int
-) -> PrefillSendState:
+def finalize_bootstrap(req_pool_idx: int, origin_len: int, decode_prefix_len: int, page_size: int) -> PrefillSendState:
     """Size the sender for ``[D, L)`` and start sending at ``D``."""
     num_pages = kv_to_page_num(origin_len - decode_prefix_len, page_size)
     return PrefillSendState(req_pool_idx, origin_len, decode_prefix_len, num_pages, decode_prefix_len)

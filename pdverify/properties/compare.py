@@ -8,7 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
-NUMPY_OF = {torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64)}
+NUMPY_OF: dict[torch.dtype, np.dtype[Any]] = {
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+}
 
 
 def assert_host_indices(what: str, result: Any, expected: Sequence[int], dtype: np.dtype[Any]) -> None:

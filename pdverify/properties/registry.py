@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,6 +48,17 @@ class PropertyInfo:
 PROPERTIES: dict[str, PropertyInfo] = {}
 
 
+def examples(name: str, values: Iterable[Any]) -> Callable[[F], F]:
+    """Pin each of ``values`` as an explicit ``@example(name=value)`` (boundaries, upstream regressions)."""
+
+    def decorate(fn: F) -> F:
+        for value in values:
+            fn = example(**{name: value})(fn)
+        return fn
+
+    return decorate
+
+
 def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.SearchStrategy[Any]) -> Callable[[F], F]:
     """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data."""
 
@@ -57,12 +68,12 @@ def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.Search
             EXAMPLES.examples += 1
             return fn(*args, **kwargs)
 
-        test = given(**strategies)(counted) if strategies else counted
+        test: Any = given(**strategies)(counted) if strategies else counted
         test = pytest.mark.needs(*needs)(test)
-        test.pdverify_property = id  # type: ignore[attr-defined]
+        test.pdverify_property = id
         if id in PROPERTIES:
             raise ValueError(f"property id {id!r} declared twice ({PROPERTIES[id].name} and {fn.__name__})")
         PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__)
-        return test  # type: ignore[no-any-return]
+        return cast(F, test)
 
     return decorate

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import event, example
+from hypothesis import event
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
 from pdverify.properties.compare import assert_tensor
-from pdverify.properties.registry import prop
+from pdverify.properties.registry import examples, prop
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
 from strategies import batches
@@ -41,7 +41,9 @@ SPEC_BATCH = PrebuiltBatch(
 EMPTY_BATCH = PrebuiltBatch([], [[0, 0]])
 
 
-def _run(target: Target, batch: PrebuiltBatch, device: str, strict: bool = False) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
+def _run(
+    target: Target, batch: PrebuiltBatch, device: str, strict: bool = False
+) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
     expected = expected_prebuilt(batch, expected_effects())
     if not batch.reqs:
         event("empty batch")
@@ -57,34 +59,42 @@ def _field(out: PrebuiltOutcome, name: str) -> Any:
     return out.fields[name]
 
 
-def _examples(fn):  # type: ignore[no-untyped-def]
-    for b in (seed_batch(), SPEC_BATCH, EMPTY_BATCH):
-        fn = example(batch=b)(fn)
-    return fn
-
-
-@_examples
-@prop("P19", "out_cache_loc: the rows' [prefix, prefix+extend) slices concatenated in batch order, int64",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P19",
+    "out_cache_loc: the rows' [prefix, prefix+extend) slices concatenated in batch order, int64",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p19_out_cache_loc(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
     assert_tensor("out_cache_loc", _field(out, "out_cache_loc"), exp.out_cache_loc, torch.int64, device)
 
 
-@_examples
-@prop("P20", "extend_num_tokens == sum of extend lengths; prefix_lens and extend_lens per request",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P20",
+    "extend_num_tokens == sum of extend lengths; prefix_lens and extend_lens per request",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p20_extend_counts(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
     got = _field(out, "extend_num_tokens")
-    assert type(got) is int and got == exp.extend_num_tokens, f"extend_num_tokens={got!r}, expected {exp.extend_num_tokens}"
+    assert type(got) is int and got == exp.extend_num_tokens, (
+        f"extend_num_tokens={got!r}, expected {exp.extend_num_tokens}"
+    )
     assert _field(out, "prefix_lens") == exp.prefix_lens, f"prefix_lens={out.fields['prefix_lens']}"
     assert _field(out, "extend_lens") == exp.extend_lens, f"extend_lens={out.fields['extend_lens']}"
 
 
-@_examples
-@prop("P21", "seq_lens (int64, device), seq_lens_cpu (int64, cpu), orig_seq_lens (int32, device), seq_lens_sum",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P21",
+    "seq_lens (int64, device), seq_lens_cpu (int64, cpu), orig_seq_lens (int32, device), seq_lens_sum",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p21_seq_lens(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
     assert_tensor("seq_lens", _field(out, "seq_lens"), exp.seq_lens, torch.int64, device)
@@ -94,18 +104,26 @@ def test_p21_seq_lens(target: Target, device: str, batch: PrebuiltBatch) -> None
     assert type(total) is int and total == exp.seq_lens_sum, f"seq_lens_sum={total!r}, expected {exp.seq_lens_sum}"
 
 
-@_examples
-@prop("P21b", "req_pool_indices (int64, device) and its cpu mirror, in batch order",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P21b",
+    "req_pool_indices (int64, device) and its cpu mirror, in batch order",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p21b_req_pool_indices(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
     assert_tensor("req_pool_indices", _field(out, "req_pool_indices"), exp.req_pool_indices, torch.int64, device)
     assert_tensor("req_pool_indices_cpu", _field(out, "req_pool_indices_cpu"), exp.req_pool_indices, torch.int64, "cpu")
 
 
-@_examples
-@prop("P22", "no prompt transfer: input_ids is None; get_fill_ids / fill_ids never called",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P22",
+    "no prompt transfer: input_ids is None; get_fill_ids / fill_ids never called",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p22_no_prompt_transfer(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     assert "input_ids" in out.fields and out.fields["input_ids"] is None, (
@@ -115,9 +133,13 @@ def test_p22_no_prompt_transfer(target: Target, device: str, batch: PrebuiltBatc
     assert not fill_reads, f"the prompt was read: {fill_reads[:3]} ({len(fill_reads)} read(s))"
 
 
-@_examples
-@prop("P22b", "the prompt's contents are never touched (its length only): a strict prompt guard never fires",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P22b",
+    "the prompt's contents are never touched (its length only): a strict prompt guard never fires",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p22b_prompt_untouched(target: Target, device: str, batch: PrebuiltBatch) -> None:
     try:
         out, _ = _run(target, batch, device, strict=True)
@@ -126,12 +148,16 @@ def test_p22b_prompt_untouched(target: Target, device: str, batch: PrebuiltBatch
     assert not out.prompt_reads, f"prompt contents read: {out.prompt_reads[:3]}"
 
 
-@_examples
-@prop("P23", "not stained: cached_tokens(_device) grow by max(0, prefix - already_computed); already_computed = seq_len",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P23",
+    "not stained: cached_tokens(_device) grow by max(0, prefix - already_computed); already_computed = seq_len",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p23_bookkeeping(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
-    for i, (req, got, want) in enumerate(zip(batch.reqs, out.reqs_after, exp.reqs_after)):
+    for i, (req, got, want) in enumerate(zip(batch.reqs, out.reqs_after, exp.reqs_after, strict=True)):
         if req.retracted_stain:
             continue
         if req.prefix_len > req.already_computed:
@@ -139,26 +165,36 @@ def test_p23_bookkeeping(target: Target, device: str, batch: PrebuiltBatch) -> N
         else:
             event("delta clamped to 0")
         assert (got.cached_tokens, got.cached_tokens_device, got.already_computed) == (
-            want.cached_tokens, want.cached_tokens_device, want.already_computed
+            want.cached_tokens,
+            want.cached_tokens_device,
+            want.already_computed,
         ), f"request {i}: (cached, cached_device, already_computed) = {got}, expected {want}"
         assert got.cached_tokens >= req.cached_tokens, f"request {i}: cached_tokens decreased"
 
 
-@_examples
-@prop("P24", "stained (retracted_stain): cached_tokens, cached_tokens_device and already_computed unchanged",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P24",
+    "stained (retracted_stain): cached_tokens, cached_tokens_device and already_computed unchanged",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p24_stained(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
-    for i, (req, got) in enumerate(zip(batch.reqs, out.reqs_after)):
+    for i, (req, got) in enumerate(zip(batch.reqs, out.reqs_after, strict=True)):
         if req.retracted_stain:
             before = (req.cached_tokens, req.cached_tokens_device, req.already_computed)
             after = (got.cached_tokens, got.cached_tokens_device, got.already_computed)
             assert after == before, f"stained request {i}: {before} became {after}"
 
 
-@_examples
-@prop("P25", "afterwards is_retracted is False and pd_rebootstrap_in_progress is falsy, for every request",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P25",
+    "afterwards is_retracted is False and pd_rebootstrap_in_progress is falsy, for every request",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     for i, got in enumerate(out.reqs_after):
@@ -166,9 +202,13 @@ def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
         assert not got.pd_rebootstrap_in_progress, f"request {i}: pd_rebootstrap_in_progress still set"
 
 
-@_examples
-@prop("P26", "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P26",
+    "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
     if exp.top_logprobs_nums is None:
@@ -177,14 +217,18 @@ def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatc
         assert _field(out, "top_logprobs_nums") == exp.top_logprobs_nums
         assert _field(out, "token_ids_logprobs") == exp.token_ids_logprobs
     assert _field(out, "multimodal_inputs") == exp.multimodal_inputs
-    assert all(a is b for a, b in zip(out.fields["multimodal_inputs"], exp.multimodal_inputs))
+    assert all(a is b for a, b in zip(out.fields["multimodal_inputs"], exp.multimodal_inputs, strict=True))
     assert _field(out, "extend_logprob_start_lens") is None
     assert _field(out, "extend_input_logprob_token_ids") is None
 
 
-@_examples
-@prop("P27", "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P27",
+    "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch) -> None:
     if target.sampling_info_path is None:
         pytest.skip(f"not applicable: target {target.name!r} names no sampling_info_path to observe")
@@ -197,9 +241,13 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
     assert _field(out, "sampling_info") is out.sampling_info_returned
 
 
-@_examples
-@prop("P28", "differential: equal to the pre-#35070 function on every field but input_ids",
-      needs=NEEDS, batch=batches())
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@prop(
+    "P28",
+    "differential: equal to the pre-#35070 function on every field but input_ids",
+    needs=NEEDS,
+    batch=batches(),
+)
 def test_p28_differential(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     ref = run_prepare_for_prebuilt(load_target("legacy"), batch, device)
@@ -215,18 +263,18 @@ def test_p28_differential(target: Target, device: str, batch: PrebuiltBatch) -> 
     assert out.reqs_after == ref.reqs_after, "request bookkeeping differs from the pre-#35070 function"
 
 
-@_examples
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop("P29", "purity: the request-to-token table is not modified", needs=NEEDS, batch=batches())
 def test_p29_table_unchanged(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     assert torch.equal(out.req_to_token_before, out.req_to_token_after), "req_to_token was modified"
 
 
-@_examples
+@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop("P30", "every registered request field holds its expected value afterwards", needs=NEEDS, batch=batches())
 def test_p30_registered_fields(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
-    for i, (got, want) in enumerate(zip(out.reqs_after, exp.reqs_after)):
+    for i, (got, want) in enumerate(zip(out.reqs_after, exp.reqs_after, strict=True)):
         assert got.extra == want.extra, f"request {i}: registered fields {got.extra} != expected {want.extra}"
 
 

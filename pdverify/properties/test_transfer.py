@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import event, example
+from hypothesis import event
 
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import transfer as oracle
 from pdverify.production.transfer import KvChunk, PrefillSendState, from_wire, to_wire
 from pdverify.properties.compare import assert_host_indices
-from pdverify.properties.registry import prop
+from pdverify.properties.registry import examples, prop
 from pdverify.targets import Target
 from strategies import PDPair, pd_pairs
 
@@ -43,7 +44,9 @@ def run_exchange(target: Target, pair: PDPair, device: str) -> Exchange:
     send = target.require("send_kv_chunk")
     states, sends = [state], []
     for k, end in enumerate(pair.chunk_ends):
-        chunk, state = send(prefill_table, state, extend_end=end, last_chunk=k == len(pair.chunk_ends) - 1, page_size=ps)
+        chunk, state = send(
+            prefill_table, state, extend_end=end, last_chunk=k == len(pair.chunk_ends) - 1, page_size=ps
+        )
         states.append(state)
         if chunk is not None:
             sends.append((k, chunk))
@@ -74,13 +77,7 @@ EXAMPLES = [
 ]
 
 
-def _examples(fn):  # type: ignore[no-untyped-def]
-    for pair in EXAMPLES:
-        fn = example(pair=pair)(fn)
-    return fn
-
-
-@_examples
+@examples("pair", EXAMPLES)
 @prop("P9", "sender page count == len(decode list) == ceil((L - D) / ps)", needs=NEEDS, pair=pd_pairs())
 def test_p9_count(target: Target, device: str, pair: PDPair) -> None:
     _events(pair)
@@ -90,10 +87,10 @@ def test_p9_count(target: Target, device: str, pair: PDPair) -> None:
     assert len(ex.decode) == expected, f"decode registers {len(ex.decode)} pages, expected {expected}"
 
 
-@_examples
+@examples("pair", EXAMPLES)
 @prop(
     "P10",
-    "prefill's sends, concatenated, are the pages of [D, L); each send as the contract says; only the final one is last",
+    "prefill's sends, concatenated, are the pages of [D, L); each as the contract says; only the final one is last",
     needs=NEEDS,
     pair=pd_pairs(),
 )
@@ -109,7 +106,7 @@ def test_p10_concatenation(target: Target, device: str, pair: PDPair) -> None:
     assert [c.is_last for _, c in ex.sends].count(True) == 1 and ex.sends[-1][1].is_last
 
 
-@_examples
+@examples("pair", EXAMPLES)
 @prop(
     "P11",
     "the i-th prefill page and the i-th decode page hold the same logical page D/ps + i; sends land in order",
@@ -129,7 +126,7 @@ def test_p11_positional_pairing(target: Target, device: str, pair: PDPair) -> No
         assert chunk.dst_offset == placed, f"chunk {k} lands at {chunk.dst_offset}, expected {placed}"
         window = dst[chunk.dst_offset : chunk.dst_offset + len(chunk.pages)]
         assert len(window) == len(chunk.pages), f"chunk {k} overruns the destination list (truncated)"
-        for src_page, dst_page in zip(chunk.pages.tolist(), window):
+        for src_page, dst_page in zip(chunk.pages.tolist(), window, strict=True):
             assert logical_p[src_page] == logical_d[dst_page], (
                 f"prefill page {src_page} (logical {logical_p[src_page]}) paired with decode page "
                 f"{dst_page} (logical {logical_d[dst_page]})"
@@ -141,7 +138,7 @@ def test_p11_positional_pairing(target: Target, device: str, pair: PDPair) -> No
     assert [logical_d[p] for p in dst] == list(range(first, first + len(dst)))
 
 
-@_examples
+@examples("pair", EXAMPLES)
 @prop(
     "P12",
     "non-last sends end on a page boundary; start_send_idx starts at D, stays aligned, never decreases, ends at L",
@@ -154,7 +151,7 @@ def test_p12_chunk_boundaries(target: Target, device: str, pair: PDPair) -> None
     ps = pair.page_size
     starts = [s.start_send_idx for s in ex.states]
     assert starts[0] == pair.prefix_len
-    assert all(a <= b for a, b in zip(starts, starts[1:])), f"start_send_idx moved backwards: {starts}"
+    assert all(a <= b for a, b in itertools.pairwise(starts)), f"start_send_idx moved backwards: {starts}"
     assert all(s % ps == 0 for s in starts[:-1]), f"start_send_idx not page-aligned before the last chunk: {starts}"
     assert starts[-1] == pair.length, f"final start_send_idx {starts[-1]} != L={pair.length}"
     last_k = len(pair.chunk_ends) - 1
@@ -165,7 +162,7 @@ def test_p12_chunk_boundaries(target: Target, device: str, pair: PDPair) -> None
             assert len(chunk.pages) > 0, f"non-last chunk {k} sent with zero pages"
 
 
-@_examples
+@examples("pair", EXAMPLES)
 @prop(
     "P13",
     "the last chunk is always sent, flagged last, also with zero pages (decode full-prefix hit)",
@@ -183,7 +180,7 @@ def test_p13_last_chunk_sent(target: Target, device: str, pair: PDPair) -> None:
         event("zero-page last chunk")
 
 
-@_examples
+@examples("pair", EXAMPLES)
 @prop(
     "P14",
     "decode's list is int32 and survives the int32 wire; prefill's int32 lists too",
@@ -199,4 +196,3 @@ def test_p14_wire(target: Target, device: str, pair: PDPair) -> None:
     for _, chunk in ex.sends:
         assert chunk.pages.dtype == np.int32, f"prefill list has dtype {chunk.pages.dtype} on an int32 table"
         assert from_wire(to_wire(chunk.pages)).tolist() == chunk.pages.tolist()
-

@@ -17,9 +17,7 @@ def load_target(spec: str | Target) -> Target:
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if ":" not in spec:
-        raise TargetError(
-            f"unknown target {spec!r}: use one of {', '.join(BUILTIN)} or 'package.module:attr'"
-        )
+        raise TargetError(f"unknown target {spec!r}: use one of {', '.join(BUILTIN)} or 'package.module:attr'")
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -9,7 +9,7 @@ from typing import Any
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
-from pdverify.production import page_index, prebuilt, transfer
+from pdverify.production import fast, page_index, prebuilt, transfer
 from pdverify.targets.protocol import Target, TargetError
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
@@ -56,8 +56,6 @@ def pr35070_target() -> Target:
 
 
 def fast_target() -> Target:
-    from pdverify.production import fast
-
     return pdverify_target().derive(
         "fast",
         "faster variants: int32 narrowing on the device for the decode wire; a constant-launch prebuilt",

@@ -201,7 +201,7 @@ def run_prepare_for_prebuilt(
             getattr(d, "pd_rebootstrap_in_progress", False),
             {name: getattr(d, name) for name in r.extra},
         )
-        for d, r in zip(reqs, batch.reqs)
+        for d, r in zip(reqs, batch.reqs, strict=True)
     ]
     return PrebuiltOutcome(
         fields=fields,

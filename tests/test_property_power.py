@@ -1,0 +1,84 @@
+"""Every property is shown to fail on a known-bad implementation (legacy or a catalogued mutant).
+
+A property without an entry here fails ``test_every_property_has_a_known_killer``: nobody has seen it fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pdverify.mutants.catalogue import load_all, mutant_target
+from pdverify.properties.registry import PropertyInfo
+from pdverify.runner import load_properties, run_property
+from pdverify.targets import Target, load_target
+
+KILLERS: dict[str, list[str]] = {
+    "P1": ["KV01", "KV04", "KV10"],
+    "P2": ["KV09", "KV07"],
+    "P3": ["KV06", "legacy"],
+    "P4": ["SP01", "SP03", "SP04"],
+    "P5": ["PN01", "PN03"],
+    "P6": ["AF01", "AF02", "AF03"],
+    "P7": ["MM01", "MM02"],
+    "P8": ["PN02", "KV02"],
+    "P9": ["DP02", "PN01"],
+    "P10": ["SC04", "SC06"],
+    "P11": ["SC03", "SC07"],
+    "P12": ["SC02", "SC05"],
+    "P13": ["SC04"],
+    "P14": ["DP01"],
+    "P19": ["PB07", "PB09"],
+    "P20": ["PB18"],
+    "P21": ["PB01", "PB03", "PB16"],
+    "P21b": ["PB02"],
+    "P22": ["legacy", "PB15"],
+    "P22b": ["legacy", "PB15"],
+    "P23": ["PB04", "PB05", "PB13"],
+    "P24": ["PB06"],
+    "P25": ["PB11", "PB12"],
+    "P26": ["PB10", "PB17", "PB19"],
+    "P27": ["PB20"],
+    "P28": ["PB01", "PB08"],
+    "P29": ["PB14"],
+    "P30": ["field-clobber"],
+}
+
+
+def _bad_target(name: str) -> Target:
+    if name == "legacy":
+        return load_target("legacy")
+    if name == "field-clobber":
+        from tests.test_fields import clobbering_target
+
+        return clobbering_target()
+    return mutant_target(name)
+
+
+PROPS = load_properties()
+load_all()
+
+
+def test_every_property_has_a_known_killer() -> None:
+    assert sorted(PROPS) == sorted(KILLERS), "a property was added or removed without a known-bad target"
+
+
+@pytest.mark.parametrize(("pid", "killer"), [(p, k) for p, ks in KILLERS.items() for k in ks], ids=lambda v: str(v))
+def test_property_fails_on_known_bad(pid: str, killer: str) -> None:
+    info: PropertyInfo = PROPS[pid]
+    if killer == "field-clobber":
+        from tests.test_fields import priority_field
+
+        with priority_field():
+            result = run_property(info, _bad_target(killer))
+    else:
+        result = run_property(info, _bad_target(killer))
+    assert result.status == "failed", f"{pid} did not catch {killer}: {result}"
+    assert result.examples >= 1
+    assert "Falsifying" in result.message, f"no counterexample reported: {result.message[:300]}"
+
+
+@pytest.mark.parametrize("pid", sorted(KILLERS))
+def test_property_holds_on_pdverify(pid: str) -> None:
+    result = run_property(PROPS[pid], load_target("pdverify"))
+    assert result.status == "passed", result.message
+    assert result.examples > 1

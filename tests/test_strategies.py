@@ -1,0 +1,90 @@
+"""The strategies generate in-contract inputs only and reject bad arguments with ``InvalidArgument``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from pdverify.model.batch import PrebuiltBatch, validate_batch
+from pdverify.model.layout import PADDING_PAGE, PagedRow
+from strategies import (
+    PDPair,
+    batches,
+    chunk_schedules,
+    index_dtypes,
+    page_sizes,
+    paged_rows,
+    pd_pairs,
+    requests,
+    token_index_lists,
+)
+
+
+@settings(max_examples=50, database=None)
+@given(row=paged_rows())
+def test_paged_rows_in_contract(row: PagedRow) -> None:
+    assert PADDING_PAGE not in row.pages and len(set(row.pages)) == len(row.pages)
+    assert row.prefix_len % row.page_size == 0 and 0 <= row.prefix_len <= row.length
+    for i, loc in enumerate(row.locations):
+        assert loc % row.page_size == i % row.page_size
+
+
+@settings(max_examples=50, database=None)
+@given(pair=pd_pairs())
+def test_pd_pairs_share_shape(pair: PDPair) -> None:
+    assert pair.prefill.length == pair.decode.length and pair.prefill.prefix_len == pair.decode.prefix_len
+    assert pair.chunk_ends[-1] == pair.length and pair.chunk_ends == sorted(pair.chunk_ends)
+
+
+@settings(max_examples=50, database=None)
+@given(batch=batches())
+def test_batches_in_contract(batch: PrebuiltBatch) -> None:
+    validate_batch(batch)
+    pools = [r.req_pool_idx for r in batch.reqs]
+    assert len(set(pools)) == len(pools), "two requests share a row"
+    slots = [v for row in batch.req_to_token for v in row]
+    assert len(set(slots)) == len(slots), "slot values repeat across the table"
+
+
+@settings(max_examples=20, database=None)
+@given(ps=page_sizes(max_size=8, odd=False), dt=index_dtypes(), xs=token_index_lists(max_size=4))
+def test_small_strategies(ps: int, dt: Any, xs: list[int]) -> None:
+    assert ps in (1, 2, 4, 8) and len(xs) <= 4 and str(dt) in ("torch.int32", "torch.int64")
+
+
+@settings(max_examples=20, database=None)
+@given(row=paged_rows(st.just(4), max_length=9, prefix=False), ends=chunk_schedules(9, max_chunks=1))
+def test_fixed_arguments(row: PagedRow, ends: list[int]) -> None:
+    assert row.page_size == 4 and row.prefix_len == 0 and ends == [9]
+
+
+@settings(max_examples=5, database=None)
+@given(row=paged_rows(7, min_length=3, max_length=3))
+def test_fixed_page_size(row: PagedRow) -> None:
+    assert row.page_size == 7 and row.length == 3
+
+
+BAD: list[tuple[str, Any]] = [
+    ("max_size", lambda: page_sizes(max_size=0)),
+    ("max_size", lambda: page_sizes(max_size=2.5)),  # type: ignore[arg-type]
+    ("min_length", lambda: paged_rows(min_length=5, max_length=2)),
+    ("page_size", lambda: paged_rows(0)),
+    ("spare_pages", lambda: paged_rows(spare_pages=-1)),
+    ("length", lambda: chunk_schedules(-1)),
+    ("max_chunks", lambda: chunk_schedules(4, max_chunks=0)),
+    ("max_size", lambda: token_index_lists(max_size=True)),
+    ("req_pool_idx", lambda: requests(-1)),
+    ("page_size", lambda: requests(0, page_size=0)),
+    ("min_requests", lambda: batches(min_requests=3, max_requests=1)),
+    ("max_prompt", lambda: batches(max_prompt=-2)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
+def test_bad_arguments(name: str, make: Any) -> None:
+    with pytest.raises(InvalidArgument, match=name):
+        make().validate()
