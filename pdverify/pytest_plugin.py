@@ -1,7 +1,7 @@
 """The pytest plugin that runs pdverify's property suite against a target.
 
 Options: ``--pdverify-target NAME|module:attr`` (default ``pdverify``, or ``$PDVERIFY_TARGET``) and
-``--pdverify-device all|cpu|cuda``. Every test that takes ``device`` is parametrized over the devices (CUDA
+``--pdverify-device all|cpu|cuda``. Every property (a test marked ``needs``) that takes ``device`` is parametrized over the devices (CUDA
 is a skip that says why when absent); a property whose target functions are missing is skipped as
 *not applicable*. Registered as the ``pdverify`` pytest11 entry point, so an installed pdverify checks a
 user's code with ``pytest --pyargs pdverify.properties --pdverify-target mypkg.mod:target``.
@@ -38,15 +38,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+TARGET_KEY = pytest.StashKey[Target]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
+    config.addinivalue_line(
+        "markers", "needs(*functions): target functions a property needs; missing ones make it not applicable"
+    )
     chosen = config.getoption("hypothesis_profile", default=None)
     settings.load_profile(chosen or profiles.default_profile())
+    try:
+        config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "device" not in metafunc.fixturenames:
+    if "device" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("needs") is None:
         return
     wanted = metafunc.config.getoption("pdverify_device")
     params = []
@@ -62,23 +72,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def target(request: pytest.FixtureRequest) -> Target:
-    """The target under verification (``--pdverify-target``)."""
-    spec = request.config.getoption("pdverify_target")
-    try:
-        return load_target(spec)
-    except TargetError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    """The target under verification (``--pdverify-target``), loaded once at configure time."""
+    return request.config.stash[TARGET_KEY]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("needs")
     if marker is None or "target" not in getattr(item, "fixturenames", ()):
         return
-    spec = item.config.getoption("pdverify_target")
-    try:
-        tgt = load_target(spec)
-    except TargetError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    tgt = item.config.stash[TARGET_KEY]
     missing = [fn for fn in marker.args if not tgt.supplies(fn)]
     if missing:
         pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}")

@@ -114,6 +114,8 @@ class PrebuiltOutcome:
     req_to_token_before: Any
     req_to_token_after: Any
     batch_object: Any = None
+    ledger: Any = None
+    """The ``TransferLedger`` of the target call, when measured."""
 
 
 def validate_batch(batch: PrebuiltBatch) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +23,7 @@ from unittest import mock
 
 import torch
 
+from pdverify.ledger import TransferLedger
 from pdverify.model.batch import PrebuiltBatch, PrebuiltOutcome, Request, RequestAfter
 from pdverify.targets.protocol import Target, TargetError
 
@@ -162,9 +164,13 @@ def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str]
 
 
 def run_prepare_for_prebuilt(
-    target: Target, batch: PrebuiltBatch, device: str, *, strict_prompt: bool = False
+    target: Target, batch: PrebuiltBatch, device: str, *, strict_prompt: bool = False, measure: bool = False
 ) -> PrebuiltOutcome:
-    """Run ``target.prepare_for_prebuilt`` on ``batch`` placed on ``device`` and read everything back."""
+    """Run ``target.prepare_for_prebuilt`` on ``batch`` placed on ``device`` and read everything back.
+
+    With ``measure``, a ``TransferLedger`` watches the target call alone (not the adapter's own setup) and is
+    returned as ``outcome.ledger``.
+    """
     fn = target.require("prepare_for_prebuilt")
     reads: list[str] = []
     width = batch.width
@@ -186,11 +192,13 @@ def run_prepare_for_prebuilt(
         calls.append((b, vocab_size))
         return returned
 
-    if target.sampling_info_path is None:
+    ledger = TransferLedger(device) if measure else None
+    with ExitStack() as stack:
+        if target.sampling_info_path is not None:
+            stack.enter_context(mock.patch(target.sampling_info_path, side_effect=record))
+        if ledger is not None:
+            stack.enter_context(ledger)
         fn(duck)
-    else:
-        with mock.patch(target.sampling_info_path, side_effect=record):
-            fn(duck)
     fields = {name: getattr(duck, name) for name in BATCH_FIELDS if getattr(duck, name) is not _UNSET}
     after = [
         RequestAfter(
@@ -213,4 +221,5 @@ def run_prepare_for_prebuilt(
         req_to_token_before=before,
         req_to_token_after=table,
         batch_object=duck,
+        ledger=ledger,
     )

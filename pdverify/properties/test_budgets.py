@@ -1,0 +1,98 @@
+"""Transfer budgets (B1-B3): what the two upstream changes removed must stay removed.
+
+Measured with ``pdverify.ledger.TransferLedger`` around the target call; a failure message carries the
+measured copies, elements and bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import event, example
+from hypothesis import strategies as st
+
+from pdverify.ledger import measure
+from pdverify.model.batch import PrebuiltBatch, Request
+from pdverify.model.layout import PagedRow, build_req_to_token
+from pdverify.production.transfer import PrefillSendState
+from pdverify.properties.registry import examples, prop
+from pdverify.targets import Target
+from pdverify.targets.layouts import run_prepare_for_prebuilt
+from strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
+
+PER_REQUEST_H2D = 8
+"""Metadata elements a request may send host-to-device in ``prepare_for_prebuilt`` (pool index, sequence
+length in three dtypes, their host mirrors on a CPU run), whatever its prompt and extend lengths."""
+
+
+@example(values=list(range(64)), ps=16, dtype=torch.int32)
+@prop(
+    "B1",
+    "kv_to_page_indices copies exactly ceil(n / page_size) elements device-to-host, in one copy",
+    needs=("kv_to_page_indices",),
+    values=token_index_lists(),
+    ps=page_sizes(),
+    dtype=index_dtypes(),
+)
+def test_b1_page_indices_d2h(target: Target, device: str, values: list[int], ps: int, dtype: torch.dtype) -> None:
+    kv = torch.tensor(values, dtype=dtype, device=device)
+    _, led = measure(device, target.require("kv_to_page_indices"), kv, ps)
+    pages = -(-len(values) // ps)
+    event("pages < tokens" if pages < len(values) else "pages == tokens")
+    assert led.d2h_copies == 1 and led.d2h_elements == pages, (
+        f"{len(values)} tokens at page_size {ps}: expected one D2H copy of {pages} elements, measured {led.describe()}"
+    )
+    assert led.h2d_copies == 0, f"unexpected host-to-device traffic: {led.describe()}"
+
+
+@example(row=PagedRow((5, 2, 9, 4), 16, 4, 0), split=6)
+@prop(
+    "B2",
+    "the prefill chunk and decode page paths copy no token-level slice to the host (pages, plus one guard word)",
+    needs=("send_kv_chunk", "decode_page_indices"),
+    row=paged_rows(max_length=512),
+    split=st.integers(0, 512),
+)
+def test_b2_pd_paths_d2h(target: Target, device: str, row: PagedRow, split: int) -> None:
+    ps, d, n = row.page_size, row.prefix_len, row.length
+    table = build_req_to_token([row.locations], n + ps, device=device)
+    state = PrefillSendState(0, n, d, -(-(n - d) // ps), d)
+    for end, last in ((min(split, n), False), (n, True)):
+        start = state.start_send_idx
+        result, led = measure(
+            device, target.require("send_kv_chunk"), table, state, extend_end=end, last_chunk=last, page_size=ps
+        )
+        chunk, state = result
+        pages = 0 if chunk is None else len(chunk.pages)
+        assert led.d2h_elements <= pages + 1, (
+            f"send_kv_chunk [{start}, {state.start_send_idx}) at page_size {ps} sends {pages} pages but copied "
+            f"{led.describe()}"
+        )
+    result_d, led = measure(device, target.require("decode_page_indices"), table, 0, d, n, ps)
+    assert led.d2h_elements <= len(result_d) + 1, (
+        f"decode_page_indices of [{d}, {n}) at page_size {ps}: {len(result_d)} pages but copied {led.describe()}"
+    )
+
+
+LONG_PROMPTS = PrebuiltBatch(
+    [Request(0, 0, 300, list(range(300))), Request(1, 16, 184, list(range(200)))],
+    [list(range(1000, 1300)), list(range(2000, 2300))],
+)
+
+
+@examples("batch", [LONG_PROMPTS])
+@prop(
+    "B3",
+    "prepare_for_prebuilt copies only O(batch) metadata host-to-device, nothing that grows with the prompt",
+    needs=("prepare_for_prebuilt",),
+    batch=batches(max_prompt=256),
+)
+def test_b3_prebuilt_h2d(target: Target, device: str, batch: PrebuiltBatch) -> None:
+    led = run_prepare_for_prebuilt(target, batch, device, measure=True).ledger
+    assert led is not None
+    budget = PER_REQUEST_H2D * max(1, len(batch.reqs))
+    tokens = sum(r.extend_len for r in batch.reqs)
+    event("extend tokens > budget" if tokens > budget else "extend tokens <= budget")
+    assert led.h2d_elements <= budget and all(c.elements <= 4 * max(1, len(batch.reqs)) for c in led.copies), (
+        f"{len(batch.reqs)} request(s), {tokens} extend tokens: H2D budget {budget} elements "
+        f"(O(batch)), measured {led.describe()}"
+    )

@@ -1,0 +1,95 @@
+"""The transfer ledger: exact counts, every interception removed on exit, clear errors on misuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+from pdverify.ledger import LedgerError, TransferLedger, measure
+from pdverify.legacy import page_index as legacy
+from pdverify.production import page_index as prod
+from pdverify.production.prebuilt import async_h2d
+
+
+def _no_modes() -> bool:
+    return not _get_current_function_mode_stack() and not _get_current_dispatch_mode_stack()
+
+
+def test_counts_each_way() -> None:
+    kv = torch.arange(64, dtype=torch.int32)
+    with TransferLedger("cpu") as led:
+        prod.kv_to_page_indices(kv, 16)
+        kv[:3].tolist()
+        kv[0].item()
+        torch.tensor([1, 2, 3], dtype=torch.int64, device="cpu")
+        torch.as_tensor(np.arange(5))
+        async_h2d([4, 5], dtype=torch.int32, device="cpu")
+    assert [(c.direction, c.elements, c.via) for c in led.copies] == [
+        ("D2H", 4, ".numpy()"),
+        ("D2H", 3, ".tolist()"),
+        ("D2H", 1, ".item()"),
+        ("H2D", 3, "torch.tensor()"),
+        ("H2D", 5, "torch.as_tensor()"),
+        ("H2D", 2, "torch.tensor()"),
+    ]
+    assert (led.d2h_elements, led.d2h_bytes, led.h2d_elements, led.h2d_bytes) == (8, 32, 10, 72)
+    assert (led.d2h_copies, led.h2d_copies) == (3, 3)
+    assert "floor_divide" in " ".join(launch.op for launch in led.launches)
+    assert _no_modes()
+
+
+def test_legacy_copies_every_token() -> None:
+    kv = torch.arange(1000, dtype=torch.int64)
+    _, new = measure("cpu", prod.kv_to_page_indices, kv, 64)
+    _, old = measure("cpu", legacy.kv_to_page_indices, kv, 64)
+    assert (new.d2h_bytes, old.d2h_bytes) == (16 * 8, 1000 * 8)
+
+
+def test_views_and_allocations_are_not_launches() -> None:
+    x = torch.arange(8)
+    with TransferLedger("cpu") as led:
+        x[::2]
+        x.view(2, 4)
+        torch.empty(3)
+    assert led.launches == []
+
+
+def test_nested_ledger_refused_and_outer_still_removed() -> None:
+    with pytest.raises(LedgerError, match="do not nest"), TransferLedger("cpu"), TransferLedger("cpu"):
+        pass
+    assert _no_modes()
+    with TransferLedger("cpu"):  # usable again afterwards
+        pass
+
+
+def test_exception_inside_measured_call_removes_interception() -> None:
+    def boom() -> None:
+        torch.arange(3).tolist()
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError, match="inside"):
+        measure("cpu", boom)
+    assert _no_modes()
+
+
+@pytest.mark.parametrize(("device", "message"), [("tpu", "unknown device"), ("meta", "cpu or cuda")])
+def test_unknown_device(device: str, message: str) -> None:
+    with pytest.raises(LedgerError, match=message):
+        TransferLedger(device)
+
+
+def test_profile_without_cuda() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the profile path is exercised by ci/gpu.sh")
+    with pytest.raises(LedgerError, match="needs device 'cuda'"):
+        TransferLedger("cuda", profile=True)
+    with pytest.raises(LedgerError, match="needs device 'cuda'"):
+        TransferLedger("cpu", profile=True)
+
+
+def test_describe_names_the_numbers() -> None:
+    _, led = measure("cpu", legacy.kv_to_page_indices, torch.arange(10, dtype=torch.int32), 4)
+    assert "D2H 1 copies / 10 elements / 40 B" in led.describe()
