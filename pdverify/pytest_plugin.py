@@ -1,10 +1,10 @@
 """The pytest plugin that runs pdverify's property suite against a target.
 
 Options: ``--pdverify-target NAME|module:attr`` (default ``pdverify``, or ``$PDVERIFY_TARGET``) and
-``--pdverify-device all|cpu|cuda``. Every property (a test marked ``needs``) that takes ``device`` is parametrized over the devices (CUDA
-is a skip that says why when absent); a property whose target functions are missing is skipped as
-*not applicable*. Registered as the ``pdverify`` pytest11 entry point, so an installed pdverify checks a
-user's code with ``pytest --pyargs pdverify.properties --pdverify-target mypkg.mod:target``.
+``--pdverify-device all|cpu|cuda``. Every property (a test marked ``needs``) that takes ``device`` is
+parametrized over the devices (CUDA is a skip that says why when absent); a property whose target functions
+are missing is skipped as *not applicable*. Registered as the ``pdverify`` pytest11 entry point, so an
+installed pdverify checks a user's code with ``pytest --pyargs pdverify.properties --pdverify-target mypkg.mod:target``.
 """
 
 from __future__ import annotations

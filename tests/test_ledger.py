@@ -15,7 +15,7 @@ from pdverify.production.prebuilt import async_h2d
 
 
 def _no_modes() -> bool:
-    return not _get_current_function_mode_stack() and not _get_current_dispatch_mode_stack()
+    return not _get_current_function_mode_stack() and not _get_current_dispatch_mode_stack()  # type: ignore[no-untyped-call]
 
 
 def test_counts_each_way() -> None:

@@ -41,6 +41,9 @@ KILLERS: dict[str, list[str]] = {
     "P28": ["PB01", "PB08"],
     "P29": ["PB14"],
     "P30": ["field-clobber"],
+    "B1": ["legacy", "KV05"],
+    "B2": ["legacy"],
+    "B3": ["legacy"],
 }
 
 

@@ -120,7 +120,7 @@ class _Functions(TorchFunctionMode):
 
 class _Launches(TorchDispatchMode):
     def __init__(self, ledger: TransferLedger) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ledger = ledger
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pytest
-from hypothesis import example, given
+from hypothesis import currently_in_test_context, event, example, given
 from hypothesis import strategies as st
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,6 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class _Counter(threading.local):
     examples: int = 0
+    last_kwargs: dict[str, Any] | None = None
 
 
 EXAMPLES = _Counter()
@@ -30,6 +31,14 @@ EXAMPLES = _Counter()
 
 def reset_examples() -> None:
     EXAMPLES.examples = 0
+    EXAMPLES.last_kwargs = None
+
+
+def note_event(label: str) -> None:
+    """``hypothesis.event`` inside a Hypothesis run; nothing when a property body is replayed on its own
+    (an exported regression test)."""
+    if currently_in_test_context():
+        event(label)
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,9 @@ def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.Search
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
+            # Hypothesis replays the shrunk failing example last: last_kwargs then holds the counterexample.
             EXAMPLES.examples += 1
+            EXAMPLES.last_kwargs = dict(kwargs)
             return fn(*args, **kwargs)
 
         test: Any = given(**strategies)(counted) if strategies else counted

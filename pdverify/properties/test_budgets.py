@@ -7,14 +7,14 @@ measured copies, elements and bytes.
 from __future__ import annotations
 
 import torch
-from hypothesis import event, example
+from hypothesis import example
 from hypothesis import strategies as st
 
 from pdverify.ledger import measure
 from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.production.transfer import PrefillSendState
-from pdverify.properties.registry import examples, prop
+from pdverify.properties.registry import examples, note_event, prop
 from pdverify.targets import Target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
 from strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
@@ -37,7 +37,7 @@ def test_b1_page_indices_d2h(target: Target, device: str, values: list[int], ps:
     kv = torch.tensor(values, dtype=dtype, device=device)
     _, led = measure(device, target.require("kv_to_page_indices"), kv, ps)
     pages = -(-len(values) // ps)
-    event("pages < tokens" if pages < len(values) else "pages == tokens")
+    note_event("pages < tokens" if pages < len(values) else "pages == tokens")
     assert led.d2h_copies == 1 and led.d2h_elements == pages, (
         f"{len(values)} tokens at page_size {ps}: expected one D2H copy of {pages} elements, measured {led.describe()}"
     )
@@ -91,7 +91,7 @@ def test_b3_prebuilt_h2d(target: Target, device: str, batch: PrebuiltBatch) -> N
     assert led is not None
     budget = PER_REQUEST_H2D * max(1, len(batch.reqs))
     tokens = sum(r.extend_len for r in batch.reqs)
-    event("extend tokens > budget" if tokens > budget else "extend tokens <= budget")
+    note_event("extend tokens > budget" if tokens > budget else "extend tokens <= budget")
     assert led.h2d_elements <= budget and all(c.elements <= 4 * max(1, len(batch.reqs)) for c in led.copies), (
         f"{len(batch.reqs)} request(s), {tokens} extend tokens: H2D budget {budget} elements "
         f"(O(batch)), measured {led.describe()}"

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from hypothesis import event, example
+from hypothesis import example
 from hypothesis import strategies as st
 
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import page_index as oracle
 from pdverify.properties.compare import NUMPY_OF, assert_host_indices, assert_int
-from pdverify.properties.registry import prop
+from pdverify.properties.registry import note_event, prop
 from pdverify.targets import Target
 from strategies import index_dtypes, page_sizes, paged_rows, token_index_lists
 
 
 def _label(ps: int, n: int) -> None:
-    event(f"page_size={ps}" if ps in (1,) else ("n < page_size" if n < ps else "n >= page_size"))
+    note_event(f"page_size={ps}" if ps in (1,) else ("n < page_size" if n < ps else "n >= page_size"))
     if n % ps:
-        event("partial last page")
+        note_event("partial last page")
 
 
 @example(values=[], ps=4, dtype=torch.int32)
@@ -160,7 +160,7 @@ def test_p7_minimax(target: Target, device: str, row: PagedRow, misalign: int) -
         expected = oracle.suffix_pages(row.locations, prefix, row.length, row.page_size)
         assert_host_indices("minimax_index_transfer_pages", result, expected, np.dtype(np.int32))
     else:
-        event("minimax rejects")
+        note_event("minimax rejects")
         try:
             fn(kv, page_size=row.page_size, prefix_len=prefix)
         except ValueError:

@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import event
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
 from pdverify.properties.compare import assert_tensor
-from pdverify.properties.registry import examples, prop
+from pdverify.properties.registry import examples, note_event, prop
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
 from strategies import batches
@@ -46,11 +45,11 @@ def _run(
 ) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
     expected = expected_prebuilt(batch, expected_effects())
     if not batch.reqs:
-        event("empty batch")
+        note_event("empty batch")
     elif any(r.extend_len == 0 for r in batch.reqs):
-        event("a request with extend 0")
+        note_event("a request with extend 0")
     if any(r.retracted_stain for r in batch.reqs):
-        event("stained request")
+        note_event("stained request")
     return run_prepare_for_prebuilt(target, batch, device, strict_prompt=strict), expected
 
 
@@ -161,9 +160,9 @@ def test_p23_bookkeeping(target: Target, device: str, batch: PrebuiltBatch) -> N
         if req.retracted_stain:
             continue
         if req.prefix_len > req.already_computed:
-            event("delta > 0")
+            note_event("delta > 0")
         else:
-            event("delta clamped to 0")
+            note_event("delta clamped to 0")
         assert (got.cached_tokens, got.cached_tokens_device, got.already_computed) == (
             want.cached_tokens,
             want.cached_tokens_device,

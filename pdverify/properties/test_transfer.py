@@ -7,13 +7,12 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import event
 
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import transfer as oracle
 from pdverify.production.transfer import KvChunk, PrefillSendState, from_wire, to_wire
 from pdverify.properties.compare import assert_host_indices
-from pdverify.properties.registry import examples, prop
+from pdverify.properties.registry import examples, note_event, prop
 from pdverify.targets import Target
 from strategies import PDPair, pd_pairs
 
@@ -56,12 +55,12 @@ def run_exchange(target: Target, pair: PDPair, device: str) -> Exchange:
 
 def _events(pair: PDPair) -> None:
     if pair.prefix_len == pair.length:
-        event("full prefix hit (D == L)")
+        note_event("full prefix hit (D == L)")
     elif pair.prefix_len:
-        event("decode prefix D > 0")
+        note_event("decode prefix D > 0")
     if pair.length % pair.page_size:
-        event("last page partial")
-    event(f"chunks: {min(len(pair.chunk_ends), 4)}{'+' if len(pair.chunk_ends) > 4 else ''}")
+        note_event("last page partial")
+    note_event(f"chunks: {min(len(pair.chunk_ends), 4)}{'+' if len(pair.chunk_ends) > 4 else ''}")
 
 
 def _pair(pages_p: tuple[int, ...], pages_d: tuple[int, ...], n: int, ps: int, d: int, ends: list[int]) -> PDPair:
@@ -177,7 +176,7 @@ def test_p13_last_chunk_sent(target: Target, device: str, pair: PDPair) -> None:
     assert k == len(pair.chunk_ends) - 1, "the last chunk was not sent"
     assert last.is_last, "the last send is not flagged last"
     if len(last.pages) == 0:
-        event("zero-page last chunk")
+        note_event("zero-page last chunk")
 
 
 @examples("pair", EXAMPLES)

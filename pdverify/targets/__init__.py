@@ -11,11 +11,19 @@ __all__ = ["BUILTIN", "FUNCTIONS", "NotApplicable", "Target", "TargetError", "lo
 
 
 def load_target(spec: str | Target) -> Target:
-    """A built-in target by name, or ``package.module:attr`` naming a ``Target`` (or a function returning one)."""
+    """A built-in target by name, ``mutant:ID`` (a catalogued mutant), or ``package.module:attr`` naming a
+    ``Target`` (or a function returning one)."""
     if isinstance(spec, Target):
         return spec
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if spec.startswith("mutant:"):
+        from pdverify.mutants.catalogue import load_all, mutant_target
+
+        ident = spec.partition(":")[2]
+        if ident not in load_all():
+            raise TargetError(f"unknown target {spec!r}: no mutant {ident!r} in the catalogue")
+        return mutant_target(ident)
     if ":" not in spec:
         raise TargetError(f"unknown target {spec!r}: use one of {', '.join(BUILTIN)} or 'package.module:attr'")
     module_name, _, attr = spec.partition(":")
