@@ -10,14 +10,16 @@ installed pdverify checks a user's code with ``pytest --pyargs pdverify.properti
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Generator
 from typing import Any
 
 import pytest
+import torch
 
 from pdverify import profiles
 from pdverify.devices import DEVICES, cuda_available
-from pdverify.properties.registry import EXAMPLES, reset_examples
+from pdverify.properties.registry import EXAMPLES, ExampleTimeout, reset_examples
 from pdverify.targets import Target, TargetError, load_target
 
 NOT_APPLICABLE = "not applicable"
@@ -36,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("all", *DEVICES),
         help="devices to run properties on (cuda is skipped when absent)",
     )
+    group.addoption(
+        "--pdverify-timeout",
+        type=float,
+        default=0.0,
+        help="per-example time limit in seconds for properties (0: none); a hang is reported against the property",
+    )
 
 
 TARGET_KEY = pytest.StashKey[Target]()
@@ -49,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     chosen = config.getoption("hypothesis_profile", default=None)
     settings.load_profile(chosen or profiles.default_profile())
+    EXAMPLES.timeout = config.getoption("pdverify_timeout")
     try:
         config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
     except TargetError as exc:
@@ -93,3 +102,47 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
         yield
     finally:
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
+        item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
+        item.stash[LAST_KWARGS] = EXAMPLES.last_kwargs
+
+
+LAST_KWARGS = pytest.StashKey[Any]()
+
+
+def is_cuda_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(exc)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if call.when != "call" or call.excinfo is None or item.get_closest_marker("needs") is None:
+        return
+    exc = call.excinfo.value
+    if is_cuda_oom(exc):
+        # As FlashInfer's conftest does: an OOM is a skip with its reason, and the frames holding device
+        # tensors are cleared so that later properties do not inherit the memory.
+        traceback.clear_frames(call.excinfo.tb)
+        if torch.cuda.is_available():  # pragma: no cover - cuda-only
+            torch.cuda.empty_cache()
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), 0, f"Skipped: CUDA out of memory: {str(exc).splitlines()[0][:200]}")
+        report.user_properties.append(("pdverify_status", "skipped (CUDA OOM)"))
+    else:
+        report.user_properties.append(("pdverify_status", classify(exc)))
+
+
+def classify(exc: BaseException) -> str:
+    """``failed`` for a broken property, ``flaky`` when Hypothesis could not reproduce the failure,
+    ``timeout`` for a hang, ``error`` for any other exception raised inside the target."""
+    from hypothesis.errors import Flaky
+
+    if isinstance(exc, ExampleTimeout):
+        return "timeout"
+    if isinstance(exc, Flaky):
+        return "flaky"
+    if isinstance(exc, BaseExceptionGroup):
+        kinds = {classify(e) for e in exc.exceptions}
+        return "failed" if "failed" in kinds else sorted(kinds)[0]
+    return "failed" if isinstance(exc, AssertionError) else "error"

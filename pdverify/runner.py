@@ -25,6 +25,8 @@ class PropertyRun:
     examples: int
     seconds: float
     message: str = ""
+    first_failure: int | None = None
+    """The example count at the first failing example (before shrinking)."""
 
 
 def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profile: str = "mutate") -> PropertyRun:
@@ -47,7 +49,14 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     except BaseException as exc:  # a property failure or an exception raised inside the target
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        return PropertyRun(info.id, "failed", EXAMPLES.examples, time.perf_counter() - start, describe_failure(exc))
+        return PropertyRun(
+            info.id,
+            "failed",
+            EXAMPLES.examples,
+            time.perf_counter() - start,
+            describe_failure(exc),
+            EXAMPLES.first_failure,
+        )
     finally:
         if saved is not None:
             test._hypothesis_internal_use_settings = saved

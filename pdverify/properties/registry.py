@@ -8,8 +8,10 @@ many examples executed), marks the test with the target functions it needs, and 
 from __future__ import annotations
 
 import functools
+import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -20,9 +22,17 @@ from hypothesis import strategies as st
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class ExampleTimeout(BaseException):
+    """One example ran past the per-example time limit (a hanging target). A ``BaseException`` so that
+    Hypothesis stops at once instead of shrinking a hang."""
+
+
 class _Counter(threading.local):
     examples: int = 0
+    first_failure: int | None = None
     last_kwargs: dict[str, Any] | None = None
+    """The arguments of the last failing example."""
+    timeout: float = 0.0
 
 
 EXAMPLES = _Counter()
@@ -31,7 +41,27 @@ EXAMPLES = _Counter()
 
 def reset_examples() -> None:
     EXAMPLES.examples = 0
+    EXAMPLES.first_failure = None
     EXAMPLES.last_kwargs = None
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``ExampleTimeout`` in the main thread when the block runs past ``seconds`` (0: no limit)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise ExampleTimeout(f"an example ran past the {seconds:g} s per-example limit (the target hangs?)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def note_event(label: str) -> None:
@@ -74,10 +104,17 @@ def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.Search
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            # Hypothesis replays the shrunk failing example last: last_kwargs then holds the counterexample.
             EXAMPLES.examples += 1
-            EXAMPLES.last_kwargs = dict(kwargs)
-            return fn(*args, **kwargs)
+            try:
+                with time_limit(EXAMPLES.timeout):
+                    return fn(*args, **kwargs)
+            except BaseException:
+                # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
+                # are the counterexample (a hang's are the hanging example's).
+                EXAMPLES.last_kwargs = dict(kwargs)
+                if EXAMPLES.first_failure is None:
+                    EXAMPLES.first_failure = EXAMPLES.examples
+                raise
 
         test: Any = given(**strategies)(counted) if strategies else counted
         test = pytest.mark.needs(*needs)(test)

@@ -113,6 +113,10 @@ class Target:
     def __repr__(self) -> str:
         return f"Target({self.name!r})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis's pretty printer: keep counterexamples short."""
+        printer.text(repr(self))
+
     def supplies(self, function: str) -> bool:
         if function not in FUNCTIONS:
             raise TargetError(f"target {self.name!r}: unknown function {function!r} (known: {', '.join(FUNCTIONS)})")

@@ -1,0 +1,1 @@
+"""The ``pdverify`` command: thin layers over pytest, Hypothesis and coverage."""

@@ -1,0 +1,206 @@
+"""``pdverify check``: run the property suite on a target through pytest and report every property.
+
+A thin layer: pytest collects and runs ``pdverify/properties`` with the pdverify plugin; a collector plugin
+reads each test's outcome, examples, counterexample and classification back; this module prints the table,
+writes the JSON report and (on request) exports each failure as a standalone regression test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import random
+import shlex
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pdverify.cli import exitcodes
+from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
+from pdverify.profiles import PROFILES
+from pdverify.properties.registry import PROPERTIES
+from pdverify.pytest_plugin import LAST_KWARGS, NOT_APPLICABLE
+from pdverify.targets import FUNCTIONS, Target
+
+PROPERTIES_DIR = Path(__file__).resolve().parent.parent / "properties"
+
+
+class Collector:
+    """Reads pytest's per-test reports back into ``PropertyResult``s."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, PropertyResult] = {}
+        self.kwargs: dict[str, Any] = {}
+
+    def _result(self, item_or_report: Any) -> PropertyResult:
+        nodeid = item_or_report.nodeid
+        if nodeid not in self.results:
+            name = nodeid.split("::")[-1]
+            test, _, device = name.partition("[")
+            pid = next((p.id for p in PROPERTIES.values() if p.name == test), test)
+            title = PROPERTIES[pid].title if pid in PROPERTIES else "upstream regression test"
+            self.results[nodeid] = PropertyResult(pid, title, test, device.rstrip("]") or "-", "passed", 0, 0.0)
+        return self.results[nodeid]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        yield
+        if call.when == "call":
+            self.kwargs[item.nodeid] = item.stash.get(LAST_KWARGS, None)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        res = self._result(report)
+        res.seconds += report.duration
+        props: dict[str, Any] = dict(report.user_properties)
+        res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
+        if props.get("pdverify_first_failure") is not None:
+            res.first_failure = int(props["pdverify_first_failure"])
+        if report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            res.status = str(
+                props.get("pdverify_status") or ("not applicable" if NOT_APPLICABLE in reason else "skipped")
+            )
+            res.message = reason
+        elif report.failed:
+            res.status = str(props.get("pdverify_status", "error" if report.when != "call" else "failed"))
+            text = report.longreprtext
+            res.message = _headline(text)
+            res.counterexample = _counterexample(text)
+            res.kwargs = self.kwargs.get(report.nodeid)
+        elif report.when == "call" and res.status == "passed" and res.examples == 0 and res.id in PROPERTIES:
+            res.status = "no examples"
+            res.message = "no example executed: every generated input was filtered or the run stopped at once"
+
+
+def _headline(text: str) -> str:
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    firsts = [e for e in errors if e and not e.startswith(("+", "assert", "where"))]
+    return (firsts or errors or [text.strip().splitlines()[-1] if text.strip() else ""])[0][:500]
+
+
+def _counterexample(text: str) -> str:
+    lines = [line[1:].rstrip() if line.startswith("E") else line.rstrip() for line in text.splitlines()]
+    for i, line in enumerate(lines):
+        if "Falsifying" in line:
+            block = [line]
+            for nxt in lines[i + 1 :]:
+                block.append(nxt)
+                if nxt.strip() == ")":
+                    break
+            return textwrap.dedent("\n".join(block))
+    return ""
+
+
+def run_check(
+    target: Target,
+    spec: str,
+    *,
+    profile: str,
+    device: str,
+    keyword: str | None,
+    seed: int | None,
+    timeout: float,
+    report_path: Path | None,
+    export_dir: Path | None,
+    echo: Any = print,
+) -> int:
+    derandomized = bool(PROFILES[profile].get("derandomize"))
+    chosen_seed: int | str = "derandomized" if derandomized else (seed if seed is not None else random.getrandbits(32))
+    args = [
+        str(PROPERTIES_DIR),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--tb=short",
+        "--no-header",
+        "-o",
+        "python_files=test_*.py",
+        f"--rootdir={PROPERTIES_DIR}",
+        "--pdverify-target",
+        spec,
+        "--pdverify-device",
+        device,
+        "--pdverify-timeout",
+        str(timeout),
+        "--hypothesis-profile",
+        profile,
+    ]
+    if not derandomized:
+        args += ["--hypothesis-seed", str(chosen_seed)]
+    if keyword:
+        args += ["-k", keyword]
+    collector = Collector()
+    log = io.StringIO()
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        code = pytest.main(args, plugins=[collector])
+    duration = time.perf_counter() - t0
+    results = list(collector.results.values())
+    base = ["pdverify", "check", "--target", spec, "--profile", profile]
+    if not derandomized:
+        base += ["--seed", str(chosen_seed)]
+    for r in results:
+        if r.status not in ("passed", "not applicable", "skipped"):
+            r.reproduce = shlex.join([*base, "--device", r.device if r.device != "-" else device, "-k", r.test])
+    ran = [r for r in results if r.status not in ("not applicable", "skipped")]
+    bad = [r for r in ran if r.status != "passed"]
+    message = ""
+    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        message = f"pytest could not run the suite: {log.getvalue().strip().splitlines()[-1:]}"
+    elif not ran:
+        message = "no property ran on this target (all not applicable, deselected or skipped): nothing was verified"
+    exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
+
+    echo(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
+    echo(_table(results))
+    for r in bad:
+        echo(f"\n[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}")
+        if r.counterexample:
+            echo("  " + r.counterexample.replace("\n", "\n  "))
+        echo(f"  reproduce: {r.reproduce}")
+    counts = {s: sum(1 for r in results if r.status == s) for s in dict.fromkeys(r.status for r in results)}
+    echo("\n" + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {duration:.1f}s")
+    if message:
+        echo(f"pdverify check: {message}")
+
+    if export_dir is not None:
+        from pdverify.cli.export import export_regressions
+
+        for path in export_regressions(export_dir, spec, bad):
+            echo(f"exported regression: {path}")
+    if report_path is not None:
+        meta = {
+            "target": {
+                "spec": spec,
+                "name": target.name,
+                "description": target.description,
+                "package": target.package,
+                "package_version": version_of(target.package),
+                "supplies": [f for f in FUNCTIONS if target.supplies(f)],
+            },
+            "device": device,
+            "profile": profile,
+            "seed": chosen_seed,
+            "keyword": keyword,
+            "started": started.isoformat(),
+            "duration_s": round(duration, 3),
+            "exit_code": exit_code,
+            "command": shlex.join(base + ["--device", device] + (["-k", keyword] if keyword else [])),
+            "message": message,
+        }
+        write_report(report_path, build_report(meta, results))
+        echo(f"report: {report_path}")
+    return exit_code
+
+
+def _table(results: list[PropertyResult]) -> str:
+    rows = [("property", "device", "examples", "result", "time")]
+    rows += [(f"{r.id} {r.title[:60]}", r.device, str(r.examples), r.status, f"{r.seconds:.2f}s") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

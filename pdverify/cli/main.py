@@ -1,0 +1,131 @@
+"""The ``pdverify`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from pdverify.cli import exitcodes
+from pdverify.profiles import PROFILES, default_profile
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad input is one line naming the problem, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(exitcodes.USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _writable_dir(path: str) -> Path:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".pdverify-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise _OutputError(f"cannot write to directory {path!r}: {exc.strerror or exc}") from None
+    return p
+
+
+def _writable_file(path: str) -> Path:
+    p = Path(path)
+    _writable_dir(str(p.parent) if str(p.parent) else ".")
+    if p.is_dir():
+        raise _OutputError(f"report path {path!r} is a directory")
+    return p
+
+
+class _OutputError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="pdverify",
+        description="Property-based verification of SGLang's PD disaggregation data paths.",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    check = sub.add_parser(
+        "check",
+        help="run the property suite on a target",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument(
+        "--target", default="pdverify", help="pdverify, legacy, pr35070, fast, sglang, mutant:ID or module:attr"
+    )
+    check.add_argument("--profile", choices=sorted(PROFILES), default=None, help="Hypothesis settings profile")
+    check.add_argument("--device", choices=("all", "cpu", "cuda"), default="all")
+    check.add_argument("-k", dest="keyword", default=None, help="only properties matching this pytest -k expression")
+    check.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles that are not derandomized)")
+    check.add_argument("--timeout", type=float, default=60.0, help="per-example time limit in seconds (0: none)")
+    check.add_argument("--report", default="pdverify-report.json", help="JSON run report path ('' for none)")
+    check.add_argument("--export-regressions", metavar="DIR", default=None, help="write each failure as a pytest file")
+
+    mutate = sub.add_parser("mutate", help="run the suite against every catalogued mutant and print the mutation score")
+    mutate.add_argument("--profile", choices=sorted(PROFILES), default="mutate")
+    mutate.add_argument("--only", default=None, help="only mutants whose id or function contains this text")
+    mutate.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        return _mutate(args)
+    except _OutputError as exc:
+        print(f"pdverify: error: {exc}", file=sys.stderr)
+        return exitcodes.OUTPUT
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pdverify.cli.check import run_check
+    from pdverify.devices import cuda_available
+    from pdverify.targets import TargetError, load_target
+
+    profile = args.profile or default_profile()
+    if profile not in PROFILES:
+        print(f"pdverify: error: unknown profile {profile!r} (from PDVERIFY_PROFILE)", file=sys.stderr)
+        return exitcodes.USAGE
+    if args.device == "cuda" and not cuda_available():
+        print("pdverify: error: --device cuda but torch.cuda.is_available() is False here", file=sys.stderr)
+        return exitcodes.USAGE
+    report = _writable_file(args.report) if args.report else None
+    export = _writable_dir(args.export_regressions) if args.export_regressions else None
+    try:
+        target = load_target(args.target)
+    except TargetError as exc:
+        print(f"pdverify: error: {exc}", file=sys.stderr)
+        return exitcodes.TARGET
+    return run_check(
+        target,
+        args.target,
+        profile=profile,
+        device=args.device,
+        keyword=args.keyword,
+        seed=args.seed,
+        timeout=args.timeout,
+        report_path=report,
+        export_dir=export,
+    )
+
+
+def _mutate(args: argparse.Namespace) -> int:
+    from pdverify.cli.mutate import run_mutate
+
+    out = _writable_file(args.json) if args.json else None
+    return run_mutate(profile=args.profile, only=args.only, jobs=args.jobs, json_path=out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

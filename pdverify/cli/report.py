@@ -1,0 +1,72 @@
+"""The JSON run report of ``pdverify check`` (schema ``pdverify/report.schema.json``)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_ID = "pdverify-report/1"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "report.schema.json"
+TIMING_KEYS = ("started", "duration_s", "seconds")
+
+
+@dataclass
+class PropertyResult:
+    id: str
+    title: str
+    test: str
+    device: str
+    status: str
+    examples: int
+    seconds: float
+    message: str = ""
+    counterexample: str = ""
+    reproduce: str = ""
+    first_failure: int | None = None
+    kwargs: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def version_of(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    return {
+        "pdverify": version_of("pdverify"),
+        "torch": version_of("torch"),
+        "numpy": version_of("numpy"),
+        "hypothesis": version_of("hypothesis"),
+        "python": platform.python_version(),
+    }
+
+
+def build_report(meta: dict[str, Any], results: list[PropertyResult]) -> dict[str, Any]:
+    summary: dict[str, int] = {}
+    for r in results:
+        summary[r.status] = summary.get(r.status, 0) + 1
+    props = []
+    for r in results:
+        entry = asdict(r)
+        entry.pop("kwargs")
+        props.append(entry)
+    return {"schema": SCHEMA_ID, **meta, "versions": versions(), "summary": summary, "properties": props}
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def without_timings(report: Any) -> Any:
+    """The report with every timing field removed (two runs of a derandomized profile agree on the rest)."""
+    if isinstance(report, dict):
+        return {k: without_timings(v) for k, v in report.items() if k not in TIMING_KEYS}
+    if isinstance(report, list):
+        return [without_timings(v) for v in report]
+    return report
