@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from pdverify.cli import exitcodes
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
@@ -138,8 +139,14 @@ def run_check(
     log = io.StringIO()
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        code = pytest.main(args, plugins=[collector])
+    outer = settings.default  # the nested pytest run loads its own profile; put the caller's back after
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            code = pytest.main(args, plugins=[collector])
+    finally:
+        if outer is not None:
+            settings.register_profile("_pdverify_outer", outer)
+            settings.load_profile("_pdverify_outer")
     duration = time.perf_counter() - t0
     results = list(collector.results.values())
     base = ["pdverify", "check", "--target", spec, "--profile", profile]

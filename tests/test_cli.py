@@ -1,0 +1,169 @@
+"""``pdverify check`` end to end: exit codes, the table, the report, isolation, regression export."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from pdverify.cli import exitcodes
+from pdverify.cli.main import main
+from pdverify.cli.report import SCHEMA_PATH, without_timings
+
+
+def check(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / "report.json"
+    code = main(["check", "--device", "cpu", "--profile", "ci", "--report", str(report), *args])
+    data = json.loads(report.read_text()) if report.exists() else {}
+    if data:
+        jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    return code, data
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {p["id"]: p["status"] for p in report["properties"]}
+
+
+def test_pdverify_target_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = check(tmp_path, "-k", "p1_ or p19 or p9_ or b1")
+    assert code == exitcodes.OK
+    assert set(statuses(report).values()) == {"passed"} and len(report["properties"]) == 4
+    assert report["target"]["name"] == "pdverify" and report["seed"] == "derandomized"
+    assert all(p["examples"] > 1 for p in report["properties"])
+    assert "P19 out_cache_loc" in capsys.readouterr().out
+
+
+def test_legacy_fails_naming_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = check(tmp_path, "--target", "legacy", "-k", "p3_ or p22 or b1 or p5_")
+    out = capsys.readouterr().out
+    assert code == exitcodes.FAILED
+    assert statuses(report) == {"P3": "failed", "P22": "failed", "P22b": "failed", "B1": "failed", "P5": "passed"}
+    for pid in ("P3", "P22", "B1"):
+        assert f"[failed] {pid} " in out
+    assert "64 tokens at page_size 16: expected one D2H copy of 4 elements" in out
+    b1 = next(p for p in report["properties"] if p["id"] == "B1")
+    assert b1["reproduce"].startswith("pdverify check --target legacy --profile ci") and b1["counterexample"]
+
+
+def test_user_target_with_injected_fault_is_caught(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--target", "tests.user_targets:faulty", "-k", "p6_ or p5_")
+    assert code == exitcodes.FAILED
+    assert statuses(report) == {"P5": "passed", "P6": "failed"}
+    assert "page_align_floor" in next(p for p in report["properties"] if p["id"] == "P6")["counterexample"]
+
+
+def test_misbehaving_target_is_isolated(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--timeout", "1", "--target", "tests.user_targets:misbehaving",
+                         "-k", "p1_ or p4_ or p5_ or p6_ or p19")  # fmt: skip
+    assert code == exitcodes.FAILED
+    got = statuses(report)
+    assert got == {"P1": "failed", "P4": "error", "P5": "skipped (CUDA OOM)", "P6": "timeout", "P19": "passed"}
+    by_id = {p["id"]: p for p in report["properties"]}
+    assert "exploded" in by_id["P4"]["message"] and "per-example limit" in by_id["P6"]["message"]
+    assert "expected a host numpy array, got list" in by_id["P1"]["message"]
+
+
+def test_subset_target_reports_not_applicable(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--target", "tests.user_targets:page_only", "-k", "p1_ or p5_ or p19")
+    assert code == exitcodes.OK
+    assert statuses(report) == {"P1": "passed", "P5": "not applicable", "P19": "not applicable"}
+
+
+def test_nothing_applicable_is_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = check(tmp_path, "--target", "tests.user_targets:page_only", "-k", "p5_")
+    assert code == exitcodes.FAILED
+    assert "no property ran" in capsys.readouterr().out
+
+
+def test_two_ci_runs_give_the_same_report(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _, first = check(tmp_path / "a", "--target", "legacy", "-k", "p3_ or p12 or b3")
+    _, second = check(tmp_path / "b", "--target", "legacy", "-k", "p3_ or p12 or b3")
+    assert without_timings(first) == without_timings(second)
+
+
+def test_exported_regression_fails_then_passes(tmp_path: Path) -> None:
+    module = tmp_path / "my_target.py"
+    module.write_text(
+        "from pdverify.targets import load_target\n"
+        "def floor(n, ps):\n"
+        "    return (n // ps) * ps - (ps if n and n % ps == 0 else 0)\n"
+        "target = load_target('pdverify').derive('mine', page_align_floor=floor)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        code, _ = check(
+            tmp_path, "--target", "my_target:target", "-k", "p6_", "--export-regressions", str(tmp_path / "reg")
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("my_target", None)
+    assert code == exitcodes.FAILED
+    (exported,) = (tmp_path / "reg").glob("test_regression_*.py")
+    text = exported.read_text()
+    assert "from hypothesis" not in text and "import hypothesis" not in text and "@given" not in text
+
+    def replay() -> int:
+        env_path = f"{tmp_path}:{Path.cwd()}"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(exported)]
+        return subprocess.run(
+            cmd, env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"}, capture_output=True
+        ).returncode
+
+    assert replay() == 1, "the exported regression must fail while the fault is there"
+    module.write_text(module.read_text().replace(" - (ps if n and n % ps == 0 else 0)", ""))
+    assert replay() == 0, "the exported regression must pass once the fault is fixed"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["check", "--bogus"], exitcodes.USAGE, "unrecognized arguments: --bogus"),
+        (["check", "--profile", "nope"], exitcodes.USAGE, "invalid choice: 'nope'"),
+        (["check", "--device", "tpu"], exitcodes.USAGE, "invalid choice: 'tpu'"),
+        (["frobnicate"], exitcodes.USAGE, "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_command_lines(argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == code and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nosuch", "unknown target 'nosuch'"),
+        ("mutant:ZZ99", "no mutant 'ZZ99'"),
+        ("tests.nosuchmodule:x", "cannot import module 'tests.nosuchmodule'"),
+        ("tests.user_targets:missing", "has no attribute 'missing'"),
+        ("tests.user_targets:not_a_target", "is a int, not a pdverify Target"),
+    ],
+)
+def test_unloadable_targets(tmp_path: Path, target: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--target", target, "--report", str(tmp_path / "r.json")]) == exitcodes.TARGET
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and target in err
+
+
+def test_unwritable_export_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["check", "--export-regressions", str(blocker / "sub")]) == exitcodes.OUTPUT
+    assert "cannot write to directory" in capsys.readouterr().err
+
+
+def test_cuda_requested_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    assert main(["check", "--device", "cuda"]) == exitcodes.USAGE
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""Targets a user might point ``pdverify check`` at (``tests.user_targets:NAME``), each with one defect."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from pdverify.production.page_index import PageIndices
+from pdverify.targets import Target, load_target
+
+
+def _floor_off_by_page(length: int, page_size: int) -> int:
+    return (length // page_size) * page_size - (page_size if length % page_size == 0 and length else 0)
+
+
+faulty = load_target("pdverify").derive("user-faulty", "page_align_floor one page low when aligned",
+                                        page_align_floor=_floor_off_by_page)  # fmt: skip
+
+
+def _raises(kv_indices: torch.Tensor, page_size: int) -> PageIndices:
+    raise RuntimeError("device kernel exploded")
+
+
+def _hangs(n: int, page_size: int) -> int:
+    time.sleep(30)
+    return n
+
+
+def _garbage(kv_indices: torch.Tensor, page_size: int) -> Any:
+    return [0] * len(kv_indices)
+
+
+def _oom(n: int, page_size: int) -> int:
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def misbehaving() -> Target:
+    """One target, three broken functions: it raises, it hangs, it returns garbage — and one OOMs."""
+    return load_target("pdverify").derive(
+        "misbehaving",
+        kv_to_page_indices=_garbage,
+        suffix_page_indices=lambda *a: _raises(a[0], a[-1]),
+        page_align_floor=_hangs,
+        kv_to_page_num=_oom,
+    )
+
+
+page_only = Target("page-only", kv_to_page_indices=load_target("pdverify").kv_to_page_indices)
+"""Supplies one function: everything else is not applicable."""
+
+not_a_target = 42
