@@ -1,28 +1,15 @@
-"""The pytest plugin that runs pdverify's property suite against a target.
+"""The pytest plugin that runs pdverify's property suite against a target (entry point ``pdverify``).
 
-Options: ``--pdverify-target NAME|module:attr`` (default ``pdverify``, or ``$PDVERIFY_TARGET``) and
-``--pdverify-device all|cpu|cuda``. Every property (a test marked ``needs``) that takes ``device`` is
-parametrized over the devices (CUDA is a skip that says why when absent); a property whose target functions
-are missing is skipped as *not applicable*. Registered as the ``pdverify`` pytest11 entry point, so an
-installed pdverify checks a user's code with ``pytest --pyargs pdverify.properties --pdverify-target mypkg.mod:target``.
+A shim: pytest imports entry-point plugins before coverage measurement starts, so this module imports
+nothing of pdverify at import time and hands every hook to ``pdverify.plugin``, imported on first use.
+Options: ``--pdverify-target``, ``--pdverify-device``, ``--pdverify-timeout`` (see ``pdverify.plugin``).
 """
 
 from __future__ import annotations
 
 import os
-import traceback
-from collections.abc import Generator
-from typing import Any
 
 import pytest
-import torch
-
-from pdverify import profiles
-from pdverify.devices import DEVICES, cuda_available
-from pdverify.properties.registry import EXAMPLES, ExampleTimeout, reset_examples
-from pdverify.targets import Target, TargetError, load_target
-
-NOT_APPLICABLE = "not applicable"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,12 +17,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--pdverify-target",
         default=os.environ.get("PDVERIFY_TARGET", "pdverify"),
-        help="target to verify: pdverify, legacy, pr35070, fast, sglang or package.module:attr",
+        help="target to verify: pdverify, legacy, pr35070, fast, sglang, mutant:ID or package.module:attr",
     )
     group.addoption(
         "--pdverify-device",
         default="all",
-        choices=("all", *DEVICES),
+        choices=("all", "cpu", "cuda"),
         help="devices to run properties on (cuda is skipped when absent)",
     )
     group.addoption(
@@ -46,103 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-TARGET_KEY = pytest.StashKey[Target]()
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    from hypothesis import settings
+    from pdverify import plugin
 
-    config.addinivalue_line(
-        "markers", "needs(*functions): target functions a property needs; missing ones make it not applicable"
-    )
-    chosen = config.getoption("hypothesis_profile", default=None)
-    settings.load_profile(chosen or profiles.default_profile())
-    EXAMPLES.timeout = config.getoption("pdverify_timeout")
-    try:
-        config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
-    except TargetError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "device" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("needs") is None:
-        return
-    wanted = metafunc.config.getoption("pdverify_device")
-    params = []
-    for device in DEVICES:
-        if wanted not in ("all", device):
-            continue
-        marks = []
-        if device == "cuda" and not cuda_available():
-            marks.append(pytest.mark.skip(reason="CUDA not available: torch.cuda.is_available() is False"))
-        params.append(pytest.param(device, marks=marks, id=device))
-    metafunc.parametrize("device", params)
-
-
-@pytest.fixture(scope="session")
-def target(request: pytest.FixtureRequest) -> Target:
-    """The target under verification (``--pdverify-target``), loaded once at configure time."""
-    return request.config.stash[TARGET_KEY]
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    marker = item.get_closest_marker("needs")
-    if marker is None or "target" not in getattr(item, "fixturenames", ()):
-        return
-    tgt = item.config.stash[TARGET_KEY]
-    missing = [fn for fn in marker.args if not tgt.supplies(fn)]
-    if missing:
-        pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
-    reset_examples()
-    try:
-        yield
-    finally:
-        item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
-        item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
-        item.stash[LAST_KWARGS] = EXAMPLES.last_kwargs
-
-
-LAST_KWARGS = pytest.StashKey[Any]()
-
-
-def is_cuda_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(exc)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
-    if call.when != "call" or call.excinfo is None or item.get_closest_marker("needs") is None:
-        return
-    exc = call.excinfo.value
-    if is_cuda_oom(exc):
-        # As FlashInfer's conftest does: an OOM is a skip with its reason, and the frames holding device
-        # tensors are cleared so that later properties do not inherit the memory.
-        traceback.clear_frames(call.excinfo.tb)
-        if torch.cuda.is_available():  # pragma: no cover - cuda-only
-            torch.cuda.empty_cache()
-        report.outcome = "skipped"
-        report.longrepr = (str(item.path), 0, f"Skipped: CUDA out of memory: {str(exc).splitlines()[0][:200]}")
-        report.user_properties.append(("pdverify_status", "skipped (CUDA OOM)"))
-    else:
-        report.user_properties.append(("pdverify_status", classify(exc)))
-
-
-def classify(exc: BaseException) -> str:
-    """``failed`` for a broken property, ``flaky`` when Hypothesis could not reproduce the failure,
-    ``timeout`` for a hang, ``error`` for any other exception raised inside the target."""
-    from hypothesis.errors import Flaky
-
-    if isinstance(exc, ExampleTimeout):
-        return "timeout"
-    if isinstance(exc, Flaky):
-        return "flaky"
-    if isinstance(exc, BaseExceptionGroup):
-        kinds = {classify(e) for e in exc.exceptions}
-        return "failed" if "failed" in kinds else sorted(kinds)[0]
-    return "failed" if isinstance(exc, AssertionError) else "error"
+    config.pluginmanager.register(plugin, "pdverify-impl")
+    plugin.configure(config)

@@ -9,9 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
-
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
@@ -32,17 +29,6 @@ def require_aligned(name: str, value: int, page_size: int) -> int:
     """``value`` must be a multiple of ``page_size`` (a page boundary)."""
     if value % page_size:
         raise ValueError(f"{name} must be page-aligned (a multiple of page_size={page_size}), got {value}")
-    return value
-
-
-def require_index_tensor(name: str, value: Any) -> torch.Tensor:
-    """A 1-D integer tensor of token indices."""
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of token indices, got {type(value).__name__}")
-    if value.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of token indices, got shape {tuple(value.shape)}")
-    if value.dtype not in _INT_DTYPES:
-        raise ValueError(f"{name} must have an integer dtype, got {value.dtype}")
     return value
 
 

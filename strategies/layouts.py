@@ -89,8 +89,9 @@ def chunk_schedules(
     *,
     max_chunks: int = 8,
 ) -> st.SearchStrategy[list[int]]:
-    """Where prefill's chunks end: a non-decreasing list of 1..``max_chunks`` ends in ``0..length`` whose
-    last element is ``length`` (the last chunk). Ends fall anywhere, mid-page included."""
+    """Where prefill's chunks end: a non-decreasing list of 1..``max_chunks`` ends whose last element is
+    ``length`` (the last chunk) and whose other ends fall anywhere in ``0..length - 1``, mid-page included
+    (a chunk that reaches the end of the prompt *is* the last chunk)."""
     check_int("length", length)
     check_int("max_chunks", max_chunks, minimum=1)
     return _chunk_schedules(length=length, max_chunks=max_chunks)
@@ -103,7 +104,7 @@ def _chunk_schedules(
     *,
     max_chunks: int = 8,
 ) -> list[int]:
-    inner = draw(st.lists(st.integers(0, length), max_size=max_chunks - 1))
+    inner = draw(st.lists(st.integers(0, max(0, length - 1)), max_size=max_chunks - 1 if length else 0))
     return [*sorted(inner), length]
 
 

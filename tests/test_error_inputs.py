@@ -80,6 +80,8 @@ ORACLE_REJECTS: list[tuple[str, Callable[[], Any], str]] = [
     ("decode D > L", lambda: oracle_transfer.decode_pages(ROW.tolist(), 8, 4, 4), "must be <= length"),
     ("decode L past slots", lambda: oracle_transfer.decode_pages(ROW.tolist(), 0, 12, 4), "written slots"),
     ("no chunks", lambda: oracle_transfer.prefill_sends(ROW.tolist(), 0, 10, 4, []), "chunk_ends"),
+    ("last chunk short", lambda: oracle_transfer.prefill_sends(ROW.tolist(), 0, 10, 4, [8]), "must end at length=10"),
+    ("non-last reaches L", lambda: oracle_transfer.prefill_sends(ROW.tolist(), 0, 10, 4, [10, 10]), r"chunk_ends\[0\]=10"),
 ]  # fmt: skip
 
 

@@ -22,9 +22,9 @@ from hypothesis import settings
 
 from pdverify.cli import exitcodes
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
+from pdverify.plugin import LAST_KWARGS, NOT_APPLICABLE
 from pdverify.profiles import PROFILES
 from pdverify.properties.registry import PROPERTIES
-from pdverify.pytest_plugin import LAST_KWARGS, NOT_APPLICABLE
 from pdverify.targets import FUNCTIONS, Target
 
 PROPERTIES_DIR = Path(__file__).resolve().parent.parent / "properties"

@@ -45,6 +45,7 @@ def prefill_sends(
 ) -> list[ExpectedSend]:
     """The sends prefill makes when its chunks end at ``chunk_ends`` (the last one is the last chunk).
 
+    Contract: every chunk but the last ends before ``length``; the last ends at ``length``.
     Rules: a send covers ``[sent-so-far, end)``; a non-last chunk only sends whole pages (``end`` rounded
     down to a page boundary), never moves backwards, and is not sent when it holds no page; the last chunk
     sends up to ``length`` and is sent even when empty. Each send lands right after the previous one in the
@@ -54,6 +55,11 @@ def prefill_sends(
     ends = require_index_list("chunk_ends", chunk_ends)
     if not ends:
         raise ValueError("chunk_ends must hold at least the last chunk's end")
+    if ends[-1] != length:
+        raise ValueError(f"chunk_ends[-1]={ends[-1]}: the last chunk must end at length={length}")
+    for k, end in enumerate(ends[:-1]):
+        if not 0 <= end < length:
+            raise ValueError(f"chunk_ends[{k}]={end}: a non-last chunk ends in [0, length={length})")
     total = len(distinct_pages(values[decode_prefix_len:length], ps))
     sent_to = decode_prefix_len
     placed = 0

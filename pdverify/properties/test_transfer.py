@@ -73,6 +73,8 @@ EXAMPLES = [
     _pair((5, 2), (7, 1), 8, 4, 8, [8]),  # D == L: zero pages, still sent
     _pair((), (), 0, 1, 0, [0]),
     _pair((4, 8, 6), (1, 2, 3), 3, 1, 1, [1, 2, 3]),
+    _pair((5, 2, 9), (7, 1, 3), 10, 4, 8, [3, 9, 10]),  # a chunk ending before D is skipped
+    _pair((5, 2), (7, 1), 8, 4, 0, [7, 8]),  # the non-last chunk defers its partial page
 ]
 
 

@@ -67,7 +67,7 @@ def fast_target() -> Target:
 SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 
 
-def sglang_target() -> Target:
+def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conformance venv (ci/conformance.sh)
     """The installed SGLang's real functions (patching only ``SamplingBatchInfo.from_schedule_batch``).
 
     ``send_kv_chunk`` and ``decode_page_indices`` are scheduler methods upstream that cannot be called alone:

@@ -1,0 +1,74 @@
+"""``pdverify mutate``: the catalogue is killed; a weakened property lets a mutant survive and the gate fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdverify.cli import exitcodes
+from pdverify.cli.main import main
+from pdverify.cli.mutate import run_mutate
+from pdverify.mutants.catalogue import load_all
+from pdverify.oracle.transfer import decode_pages
+from pdverify.properties import test_transfer
+from pdverify.properties.registry import PROPERTIES, PropertyInfo, prop
+from pdverify.runner import load_properties
+from pdverify.targets import Target
+from strategies import PDPair, pd_pairs
+
+SAMPLE = ["KV05", "SC01", "PB02", "DP01", "PN01", "MM01"]
+
+
+def test_catalogue_is_large_and_covers_every_function() -> None:
+    cat = load_all()
+    assert len(cat) >= 40
+    assert {m.function for m in cat.values()} == {
+        "kv_to_page_indices", "suffix_page_indices", "kv_to_page_num", "page_align_floor",
+        "minimax_index_transfer_pages", "send_kv_chunk", "decode_page_indices", "prepare_for_prebuilt",
+    }  # fmt: skip
+    assert all(m.description and m.fault_class for m in cat.values())
+
+
+@pytest.mark.parametrize("mutant", SAMPLE)
+def test_sample_of_catalogue_killed(mutant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.json"
+    assert main(["mutate", "--only", mutant, "--jobs", "1", "--json", str(out)]) == exitcodes.OK
+    (row,) = json.loads(out.read_text())["mutants"]
+    assert row["status"] == "killed" and row["killed_by"] and row["examples_to_kill"] >= 1
+    assert "mutation score 1/1 = 100.0%" in capsys.readouterr().out
+
+
+def test_no_mutant_ran_is_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutate", "--only", "NOPE"]) == exitcodes.FAILED
+    assert "nothing ran" in capsys.readouterr().out
+
+
+def _weakened_p14() -> PropertyInfo:
+    """P14 with its int32 assertion deleted: the decode list's dtype is no longer checked."""
+    saved = PROPERTIES.pop("P14-weak", None)
+    assert saved is None
+
+    @prop("P14-weak", "P14 without its dtype assertion", needs=test_transfer.NEEDS, pair=pd_pairs())
+    def weakened(target: Target, device: str, pair: PDPair) -> None:
+        ex = test_transfer.run_exchange(target, pair, device)
+        expected = decode_pages(ex.decode_locs, pair.prefix_len, pair.length, pair.page_size)
+        assert np.asarray(ex.decode).tolist() == expected  # the dtype check is gone
+
+    return PROPERTIES.pop("P14-weak")
+
+
+def test_deleting_an_assertion_makes_mutate_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    props = dict(load_properties())
+    assert run_mutate(profile="mutate", only="DP01", jobs=1, json_path=None, props=props) == exitcodes.OK
+    capsys.readouterr()
+    props["P14"] = _weakened_p14()
+    assert run_mutate(profile="mutate", only="DP01", jobs=1, json_path=None, props=props) == exitcodes.FAILED
+    assert "survived: DP01" in capsys.readouterr().out
+
+
+def test_parallel_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutate", "--only", "AF0", "--jobs", "2"]) == exitcodes.OK
+    assert "3/3 = 100.0%" in capsys.readouterr().out

@@ -1,0 +1,103 @@
+"""Targets: the built-in ones hold every property they supply; deriving and loading behave."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from pdverify.production import fast
+from pdverify.properties.test_prebuilt import seed_batch
+from pdverify.runner import load_properties, run_property
+from pdverify.targets import FUNCTIONS, Target, TargetError, load_target
+from pdverify.targets.layouts import run_prepare_for_prebuilt
+
+PROPS = load_properties()
+
+
+@pytest.mark.parametrize("pid", sorted(PROPS))
+@pytest.mark.parametrize("name", ["fast", "pr35070"])
+def test_builtin_targets_hold(name: str, pid: str) -> None:
+    result = run_property(PROPS[pid], load_target(name))
+    assert result.status in ("passed", "not applicable"), result.message
+
+
+@pytest.mark.parametrize("name", ["pdverify", "pr35070", "fast"])
+def test_seed_regression_through_both_layouts(name: str) -> None:
+    target = load_target(name)
+    out = run_prepare_for_prebuilt(target, seed_batch(), "cpu")
+    assert out.fields["input_ids"] is None and out.fields["extend_num_tokens"] == 3
+    assert out.fields["out_cache_loc"].tolist() == [2, 3, 4] and not out.prompt_reads
+    assert target.layout in ("sglang-0.5.23", "sglang-pr35070")
+
+
+def test_legacy_reads_the_prompt_through_the_seed_layout() -> None:
+    out = run_prepare_for_prebuilt(load_target("legacy"), seed_batch(), "cpu")
+    assert out.prompt_reads == ["get_fill_ids()"] and out.fields["input_ids"].tolist() == [2, 3, 4]
+
+
+def test_derive_replaces_one_function() -> None:
+    base = load_target("pdverify")
+    derived = base.derive("floor-broken", page_align_floor=lambda n, ps: n)
+    assert derived.page_align_floor is not base.page_align_floor
+    assert derived.kv_to_page_indices is base.kv_to_page_indices and repr(derived) == "Target('floor-broken')"
+    with pytest.raises(TargetError, match="unknown field"):
+        base.derive("x", nonsense=1)
+    with pytest.raises(TargetError, match="must be callable"):
+        base.derive("x", page_align_floor=3)
+    with pytest.raises(TargetError, match="unknown function"):
+        base.supplies("frobnicate")
+    assert load_target(base) is base
+    assert [f for f in FUNCTIONS if not Target("empty").supplies(f)] == list(FUNCTIONS)
+
+
+def test_factory_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.user_targets as mod
+
+    def broken() -> Any:
+        raise OSError("no device")
+
+    monkeypatch.setattr(mod, "broken_factory", broken, raising=False)
+    with pytest.raises(TargetError, match="calling broken_factory to build the target failed: no device"):
+        load_target("tests.user_targets:broken_factory")
+
+
+def test_unknown_layout() -> None:
+    target = load_target("pdverify").derive("odd", layout="sglang-9.9")
+    with pytest.raises(TargetError, match=r"unknown layout 'sglang-9\.9'"):
+        run_prepare_for_prebuilt(target, seed_batch(), "cpu")
+
+
+def test_target_without_sampling_path_runs_unpatched() -> None:
+    target = load_target("pdverify").derive("unpatched", sampling_info_path=None)
+    out = run_prepare_for_prebuilt(target, seed_batch(), "cpu")
+    assert out.fields["sampling_info"].batch_size == 1 and out.sampling_info_calls == []
+
+
+def test_fast_int32_guard() -> None:
+    kv = torch.tensor([0, 1, 2, 3, 2**35, 2**35 + 1], dtype=torch.int64)
+    with pytest.raises(ValueError, match="outside int32"):
+        fast.kv_to_page_indices_int32(kv, 2)
+    ok = fast.kv_to_page_indices_int32(torch.arange(8, dtype=torch.int64), 4)
+    assert ok.dtype == np.int32 and ok.tolist() == [0, 1]
+
+
+def test_fast_prebuilt_launches_do_not_grow_with_batch() -> None:
+    from pdverify.model.batch import PrebuiltBatch, Request
+
+    def batch(n: int) -> PrebuiltBatch:
+        reqs = [Request(i, 4, 12, list(range(16))) for i in range(n)]
+        return PrebuiltBatch(reqs, [list(range(100 * i, 100 * i + 16)) for i in range(n)])
+
+    fast_t, port = load_target("fast"), load_target("pdverify")
+    launches = {
+        (t.name, n): len(run_prepare_for_prebuilt(t, batch(n), "cpu", measure=True).ledger.launches)
+        for t in (fast_t, port)
+        for n in (1, 64)
+    }
+    assert launches[("fast", 1)] == launches[("fast", 64)]
+    assert launches[("pdverify", 64)] > launches[("pdverify", 1)]
+    h2d = run_prepare_for_prebuilt(fast_t, batch(64), "cpu", measure=True).ledger
+    assert next(c.elements for c in h2d.copies if c.direction == "H2D") == 4 * 64
