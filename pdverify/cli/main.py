@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--only", default=None, help="only mutants whose id or function contains this text")
     mutate.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
+
+    cover = sub.add_parser("coverage", help="HTML, Cobertura XML and a per-function Markdown summary of coverage data")
+    cover.add_argument("--data", default=".coverage", help="coverage data file (combined into, with --combine)")
+    cover.add_argument("--combine", nargs="*", default=[], help="data files of labelled runs to combine first")
+    cover.add_argument("--functions", nargs="+", default=["pdverify"],
+                       help="function sets (pdverify, sglang) or module:qualname entries")  # fmt: skip
+    cover.add_argument("--out", default="reports/coverage", help="output directory")
+    cover.add_argument("--title", default="Coverage of the PD disaggregation paths")
     return parser
 
 
@@ -82,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _check(args)
+        if args.command == "coverage":
+            return _coverage(args)
         return _mutate(args)
     except _OutputError as exc:
         print(f"pdverify: error: {exc}", file=sys.stderr)
@@ -118,6 +128,28 @@ def _check(args: argparse.Namespace) -> int:
         report_path=report,
         export_dir=export,
     )
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from pdverify.cli.coverage import FUNCTION_SETS, run_coverage
+
+    functions: list[str] = []
+    for name in args.functions:
+        if name in FUNCTION_SETS:
+            functions += FUNCTION_SETS[name]
+        elif ":" in name:
+            functions.append(name)
+        else:
+            print(
+                f"pdverify: error: unknown function set {name!r} (known: {', '.join(FUNCTION_SETS)})", file=sys.stderr
+            )
+            return exitcodes.USAGE
+    data = Path(args.data)
+    if not data.exists() and not args.combine:
+        print(f"pdverify: error: no coverage data at {args.data!r}", file=sys.stderr)
+        return exitcodes.USAGE
+    out = _writable_dir(args.out)
+    return run_coverage(data, functions, out, [Path(p) for p in args.combine], args.title)
 
 
 def _mutate(args: argparse.Namespace) -> int:
