@@ -44,6 +44,7 @@ KILLERS: dict[str, list[str]] = {
     "B1": ["legacy", "KV05"],
     "B2": ["legacy"],
     "B3": ["legacy"],
+    "M1": ["DP02", "SC06"],
 }
 
 
