@@ -20,7 +20,9 @@ def shrunk_steps(message: str) -> int:
     """Rule calls in the first falsifying sequence (invariant checks, setup and teardown not counted)."""
     block = message.split("Falsifying example:")[1].split("Explanation:")[0]
     calls = [line for line in block.splitlines() if "state." in line]
-    return sum(1 for c in calls if not any(k in c for k in ("setup(", "teardown(", "start_send_idx_", "transferred_kv_")))
+    return sum(
+        1 for c in calls if not any(k in c for k in ("setup(", "teardown(", "start_send_idx_", "transferred_kv_"))
+    )
 
 
 @pytest.mark.parametrize("mutant", sorted(FAULTY))

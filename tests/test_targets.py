@@ -12,7 +12,7 @@ from pdverify.production import fast
 from pdverify.properties.test_prebuilt import seed_batch
 from pdverify.runner import load_properties, run_property
 from pdverify.targets import FUNCTIONS, Target, TargetError, load_target
-from pdverify.targets.layouts import run_prepare_for_prebuilt
+from pdverify.targets.layouts import PromptReadError, build_batch_object, run_prepare_for_prebuilt
 
 PROPS = load_properties()
 
@@ -101,3 +101,23 @@ def test_fast_prebuilt_launches_do_not_grow_with_batch() -> None:
     assert launches[("pdverify", 64)] > launches[("pdverify", 1)]
     h2d = run_prepare_for_prebuilt(fast_t, batch(64), "cpu", measure=True).ledger
     assert next(c.elements for c in h2d.copies if c.direction == "H2D") == 4 * 64
+
+
+def test_prompt_guard_records_and_refuses() -> None:
+    from pdverify.production.prebuilt import prepare_for_prebuilt
+
+    def peeks(batch: Any) -> None:
+        for req in batch.reqs:
+            _ = req.origin_input_ids[0], list(req.output_ids), req.fill_ids, req.full_untruncated_fill_ids
+        prepare_for_prebuilt(batch)
+
+    target = load_target("pdverify").derive("peeks", prepare_for_prebuilt=peeks)
+    batch = seed_batch()
+    batch.reqs[0].output_ids = [9]
+    batch.reqs[0].extend_len = 3
+    out = run_prepare_for_prebuilt(target, batch, "cpu")
+    assert out.prompt_reads == ["origin_input_ids[0]", "output_ids iterated", "fill_ids", "full_untruncated_fill_ids"]
+    with pytest.raises(PromptReadError, match=r"origin_input_ids\[0\]"):
+        run_prepare_for_prebuilt(target, batch, "cpu", strict_prompt=True)
+    duck, _ = build_batch_object(target, batch, "cpu")
+    assert repr(duck.reqs[0].origin_input_ids) == "GuardedTokens(len=5)"

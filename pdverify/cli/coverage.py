@@ -58,7 +58,10 @@ class FunctionCoverage:
 
 
 def _module_file(module: str) -> str:
-    spec = importlib.util.find_spec(module)
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        spec = None
     if spec is None or spec.origin is None:
         raise ValueError(f"cannot locate module {module!r} (is it installed in this environment?)")
     return os.path.realpath(spec.origin)
@@ -72,7 +75,10 @@ def summarize(
     out = []
     for spec in functions:
         module, _, qualname = spec.partition(":")
-        entry = by_path.get(_module_file(module))
+        try:
+            entry = by_path.get(_module_file(module))
+        except ValueError:
+            entry = None
         region = (entry or {}).get("functions", {}).get(qualname)
         if region is None:
             out.append(FunctionCoverage(spec, 0, 0, 0, 0))
@@ -108,7 +114,10 @@ def _contexts_per_function(cov: Any, report: dict[str, Any], functions: list[str
     measured = {os.path.realpath(f): f for f in data.measured_files()}
     for spec in functions:
         module, _, qualname = spec.partition(":")
-        path = _module_file(module)
+        try:
+            path = _module_file(module)
+        except ValueError:
+            continue
         if path not in by_path or path not in measured:
             continue
         region = by_path[path][1].get("functions", {}).get(qualname)

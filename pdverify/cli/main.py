@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
 
+    bench = sub.add_parser(
+        "bench", help="legacy, pdverify, fast and sglang side by side: bytes, copies, launches, time"
+    )
+    bench.add_argument("--targets", default="legacy,pdverify,fast,sglang", help="comma-separated target names")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    bench.add_argument("--quick", action="store_true", help="a reduced grid (CI)")
+    bench.add_argument("--repeats", type=int, default=5)
+    bench.add_argument("--json", default=None, help="write the cells as JSON here")
+
     cover = sub.add_parser("coverage", help="HTML, Cobertura XML and a per-function Markdown summary of coverage data")
     cover.add_argument("--data", default=".coverage", help="coverage data file (combined into, with --combine)")
     cover.add_argument("--combine", nargs="*", default=[], help="data files of labelled runs to combine first")
@@ -92,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "coverage":
             return _coverage(args)
+        if args.command == "bench":
+            return _bench(args)
         return _mutate(args)
     except _OutputError as exc:
         print(f"pdverify: error: {exc}", file=sys.stderr)
@@ -128,6 +139,21 @@ def _check(args: argparse.Namespace) -> int:
         report_path=report,
         export_dir=export,
     )
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from pdverify.cli.bench import run_bench
+    from pdverify.devices import cuda_available
+
+    if args.device == "cuda" and not cuda_available():
+        print("pdverify: error: --device cuda but torch.cuda.is_available() is False here", file=sys.stderr)
+        return exitcodes.USAGE
+    if args.repeats < 1:
+        print("pdverify: error: --repeats must be >= 1", file=sys.stderr)
+        return exitcodes.USAGE
+    out = _writable_file(args.json) if args.json else None
+    names = [n for n in args.targets.split(",") if n]
+    return run_bench(names=names, device=args.device, quick=args.quick, repeats=args.repeats, json_path=out)
 
 
 def _coverage(args: argparse.Namespace) -> int:

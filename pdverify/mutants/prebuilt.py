@@ -37,7 +37,11 @@ def _prepare(self: Any, fault: str) -> None:
             seq_len = len(req.origin_input_ids) + max(0, len(req.output_ids) - 1)
         seq_lens.append(seq_len)
         if not req.retracted_stain or fault == "PB06":
-            delta = req.prefix_len - req.already_computed if fault == "PB05" else max(0, req.prefix_len - req.already_computed)
+            delta = (
+                req.prefix_len - req.already_computed
+                if fault == "PB05"
+                else max(0, req.prefix_len - req.already_computed)
+            )
             req.cached_tokens += delta
             if fault != "PB13":
                 req.cached_tokens_device += delta

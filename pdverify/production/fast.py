@@ -72,8 +72,9 @@ def prepare_for_prebuilt(self: Any) -> None:
     total = sum(extends)
     device = self.device
     pin = torch.device(device).type == "cuda"
-    meta = torch.tensor([pools, prefixes, extends, seq_lens], dtype=torch.int64, pin_memory=pin)
-    meta = meta.reshape(4, len(reqs)).to(device, non_blocking=pin)  # the one host-to-device copy
+    # int32 metadata (context lengths and pool rows fit): the one host-to-device copy, 16 bytes a request.
+    meta = torch.tensor([pools, prefixes, extends, seq_lens], dtype=torch.int32, pin_memory=pin)
+    meta = meta.reshape(4, len(reqs)).to(device, non_blocking=pin)
     pools_d, prefix_d, extend_d, seq_d = meta[0], meta[1], meta[2], meta[3]
     table = self.req_to_token_pool.req_to_token
     if total:
@@ -85,11 +86,11 @@ def prepare_for_prebuilt(self: Any) -> None:
         out_cache_loc = torch.empty(0, dtype=torch.int64, device=device)
 
     self.input_ids = None
-    self.req_pool_indices = pools_d
+    self.req_pool_indices = pools_d.to(torch.int64)
     self.req_pool_indices_cpu = torch.tensor(pools, dtype=torch.int64)
-    self.seq_lens = seq_d
+    self.seq_lens = seq_d.to(torch.int64)
     self.seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
-    self.orig_seq_lens = seq_d.to(torch.int32)
+    self.orig_seq_lens = seq_d.clone()
     self.out_cache_loc = out_cache_loc
     self.seq_lens_sum = sum(seq_lens)
     if self.return_logprob:

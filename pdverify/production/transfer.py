@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -118,7 +119,7 @@ def decode_page_indices(
     return kv_to_page_indices(kv_indices, page_size).astype(np.int32)
 
 
-def to_wire(page_indices: npt.NDArray[np.integer[npt.NBitBase]]) -> bytes:
+def to_wire(page_indices: npt.NDArray[Any]) -> bytes:
     """Mooncake sends the raw bytes of the list."""
     return page_indices.tobytes()
 

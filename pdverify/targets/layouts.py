@@ -163,6 +163,35 @@ def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str]
     return duck
 
 
+def build_batch_object(
+    target: Target,
+    batch: PrebuiltBatch,
+    device: str,
+    *,
+    strict_prompt: bool = False,
+    table: torch.Tensor | None = None,
+) -> tuple[Any, list[str]]:
+    """The duck-typed batch ``target.prepare_for_prebuilt`` reads, and the list its prompt reads go to.
+
+    ``table`` (an int32 request-to-token tensor on ``device``) replaces ``batch.req_to_token`` when given, so
+    large benchmark tables need not pass through Python lists.
+    """
+    reads: list[str] = []
+    if table is None:
+        rows = batch.req_to_token
+        table = torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), batch.width)
+    reqs = [build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt) for r in batch.reqs]
+    duck = SimpleNamespace(
+        reqs=reqs,
+        device=device,
+        req_to_token_pool=SimpleNamespace(req_to_token=table),
+        return_logprob=batch.return_logprob,
+        model_config=SimpleNamespace(vocab_size=batch.vocab_size),
+        **{name: _UNSET for name in BATCH_FIELDS},
+    )
+    return duck, reads
+
+
 def run_prepare_for_prebuilt(
     target: Target, batch: PrebuiltBatch, device: str, *, strict_prompt: bool = False, measure: bool = False
 ) -> PrebuiltOutcome:
@@ -172,19 +201,10 @@ def run_prepare_for_prebuilt(
     returned as ``outcome.ledger``.
     """
     fn = target.require("prepare_for_prebuilt")
-    reads: list[str] = []
-    width = batch.width
-    table = torch.tensor(batch.req_to_token, dtype=torch.int32, device=device).reshape(len(batch.req_to_token), width)
-    reqs = [build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt) for r in batch.reqs]
+    duck, reads = build_batch_object(target, batch, device, strict_prompt=strict_prompt)
+    reqs = duck.reqs
+    table = duck.req_to_token_pool.req_to_token
     before = table.clone()
-    duck = SimpleNamespace(
-        reqs=reqs,
-        device=device,
-        req_to_token_pool=SimpleNamespace(req_to_token=table),
-        return_logprob=batch.return_logprob,
-        model_config=SimpleNamespace(vocab_size=batch.vocab_size),
-        **{name: _UNSET for name in BATCH_FIELDS},
-    )
     calls: list[tuple[Any, Any]] = []
     returned = object()
 
@@ -202,10 +222,10 @@ def run_prepare_for_prebuilt(
     fields = {name: getattr(duck, name) for name in BATCH_FIELDS if getattr(duck, name) is not _UNSET}
     after = [
         RequestAfter(
-            d.cached_tokens,  # type: ignore[attr-defined]
-            d.cached_tokens_device,  # type: ignore[attr-defined]
-            d.already_computed,  # type: ignore[attr-defined]
-            d.is_retracted,  # type: ignore[attr-defined]
+            d.cached_tokens,
+            d.cached_tokens_device,
+            d.already_computed,
+            d.is_retracted,
             getattr(d, "pd_rebootstrap_in_progress", False),
             {name: getattr(d, name) for name in r.extra},
         )

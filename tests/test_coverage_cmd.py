@@ -1,0 +1,58 @@
+"""``pdverify coverage``: two labelled runs combined into HTML, Cobertura XML and a per-function summary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdverify.cli import exitcodes
+from pdverify.cli.main import main
+
+SCRIPT = """
+import torch
+from pdverify.production import page_index
+page_index.kv_to_page_indices(torch.arange(8), {ps})
+page_index.page_align_floor(9, {ps})
+"""
+
+
+def _labelled_run(tmp_path: Path, label: str, ps: int) -> Path:
+    script = tmp_path / f"{label}.py"
+    script.write_text(SCRIPT.format(ps=ps))
+    data = tmp_path / f".coverage.{label}"
+    cmd = [sys.executable, "-m", "coverage", "run", "--branch", f"--context={label}", f"--data-file={data}",
+           "--source=pdverify.production", str(script)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True)
+    return data
+
+
+def test_combined_report_from_two_labelled_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [_labelled_run(tmp_path, "cpu", 4), _labelled_run(tmp_path, "ci", 1)]
+    out = tmp_path / "out"
+    args = ["coverage", "--data", str(tmp_path / ".coverage.all"), "--combine", *map(str, runs), "--out", str(out)]
+    code = main([*args, "--functions", "pdverify.production.page_index:kv_to_page_indices",
+                 "pdverify.production.page_index:page_align_floor"])  # fmt: skip
+    assert code == exitcodes.OK
+    summary = (out / "summary.md").read_text()
+    assert "| `pdverify.production.page_index:kv_to_page_indices` | 1/1 (100%) | 0/0 (100%) | ci, cpu |" in summary
+    assert (out / "html" / "index.html").exists() and "<coverage" in (out / "coverage.xml").read_text()
+    assert summary in capsys.readouterr().out
+
+
+def test_unmeasured_function_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _labelled_run(tmp_path, "cpu", 4)
+    code = main(["coverage", "--data", str(data), "--out", str(tmp_path / "o"), "--functions", "pdverify", "sglang"])
+    assert code == 1
+    text = capsys.readouterr().out
+    assert "| `pdverify.production.fast:prepare_for_prebuilt` | 0/53 (0%)" in text
+    assert "not measured (not imported or outside --source): sglang.srt" in text
+
+
+def test_coverage_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["coverage", "--data", str(tmp_path / "none")]) == exitcodes.USAGE
+    assert main(["coverage", "--data", str(tmp_path / "none"), "--functions", "bogus"]) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert "no coverage data" in err and "unknown function set 'bogus'" in err
