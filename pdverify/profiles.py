@@ -5,10 +5,44 @@ per mutant). Select with ``--hypothesis-profile NAME`` or ``pdverify check --pro
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from hypothesis import HealthCheck, settings
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    GitHubArtifactDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
 
-PROFILES: dict[str, dict[str, object]] = {
+
+def example_database(environ: dict[str, str] | None = None) -> ExampleDatabase:
+    """The example database of the non-derandomized profiles, shared the way Hypothesis intends.
+
+    * default: a local directory (``PDVERIFY_DB_DIR``, else ``.hypothesis/examples``);
+    * ``PDVERIFY_GITHUB_DB=owner/repo`` (CI): the local directory plus, read-only, the ``hypothesis-example-db``
+      artifact of that repository's previous runs (``GitHubArtifactDatabase``; needs ``GITHUB_TOKEN``), so a
+      failure found once on a GPU runner is replayed by every later run;
+    * ``PDVERIFY_REDIS_DB=redis://host:port`` (fuzzing campaigns): one Redis database shared by every worker.
+    """
+    env = os.environ if environ is None else environ
+    local: ExampleDatabase = DirectoryBasedExampleDatabase(env.get("PDVERIFY_DB_DIR", ".hypothesis/examples"))
+    if env.get("PDVERIFY_REDIS_DB"):
+        from hypothesis.extra.redis import RedisExampleDatabase
+        from redis import Redis  # type: ignore[import-not-found]
+
+        return RedisExampleDatabase(Redis.from_url(env["PDVERIFY_REDIS_DB"]))
+    shared = env.get("PDVERIFY_GITHUB_DB", "")
+    if shared:
+        owner, _, repo = shared.partition("/")
+        if not owner or not repo:
+            raise ValueError(f"PDVERIFY_GITHUB_DB must be 'owner/repo', got {shared!r}")
+        return MultiplexedDatabase(local, ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo)))
+    return local
+
+
+PROFILES: dict[str, dict[str, Any]] = {
     "dev": {"max_examples": 40, "deadline": None},
     "ci": {
         "max_examples": 100,
@@ -36,8 +70,11 @@ PROFILES: dict[str, dict[str, object]] = {
 
 
 def register_profiles() -> None:
+    """Register every profile; ``dev`` and ``thorough`` (not derandomized) use ``example_database()``."""
+    database = example_database()
     for name, options in PROFILES.items():
-        settings.register_profile(name, **options)  # type: ignore[arg-type]
+        extra: dict[str, Any] = {} if options.get("derandomize") else {"database": database}
+        settings.register_profile(name, **options, **extra)
 
 
 def default_profile() -> str:
