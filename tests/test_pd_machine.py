@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pdverify.cli.check import COUNTEREXAMPLE
 from pdverify.mutants.catalogue import mutant_target
 from pdverify.runner import load_properties, run_property
 
@@ -18,7 +19,7 @@ FAULTY = {
 
 def shrunk_steps(message: str) -> int:
     """Rule calls in the first falsifying sequence (invariant checks, setup and teardown not counted)."""
-    block = message.split("Falsifying example:")[1].split("Explanation:")[0]
+    block = COUNTEREXAMPLE.split(message, maxsplit=1)[-1].split("Explanation:")[0]
     calls = [line for line in block.splitlines() if "state." in line]
     return sum(
         1 for c in calls if not any(k in c for k in ("setup(", "teardown(", "start_send_idx_", "transferred_kv_"))

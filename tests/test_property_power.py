@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from pdverify.cli.check import COUNTEREXAMPLE
 from pdverify.mutants.catalogue import load_all, mutant_target
 from pdverify.properties.registry import PropertyInfo
 from pdverify.runner import load_properties, run_property
@@ -78,7 +79,7 @@ def test_property_fails_on_known_bad(pid: str, killer: str) -> None:
         result = run_property(info, _bad_target(killer))
     assert result.status == "failed", f"{pid} did not catch {killer}: {result}"
     assert result.examples >= 1
-    assert "Falsifying" in result.message, f"no counterexample reported: {result.message[:300]}"
+    assert COUNTEREXAMPLE.search(result.message), f"no counterexample reported: {result.message[:300]}"
 
 
 @pytest.mark.parametrize("pid", sorted(KILLERS))

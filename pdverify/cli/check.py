@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import io
 import random
+import re
 import shlex
 import textwrap
 import time
@@ -84,10 +85,14 @@ def _headline(text: str) -> str:
     return (firsts or errors or [text.strip().splitlines()[-1] if text.strip() else ""])[0][:500]
 
 
+COUNTEREXAMPLE = re.compile(r"(Falsifying|Failing)( explicit)? (example|test case)")
+"""How Hypothesis introduces a counterexample (the wording changed across releases)."""
+
+
 def _counterexample(text: str) -> str:
     lines = [line[1:].rstrip() if line.startswith("E") else line.rstrip() for line in text.splitlines()]
     for i, line in enumerate(lines):
-        if "Falsifying" in line:
+        if COUNTEREXAMPLE.search(line):
             block = [line]
             for nxt in lines[i + 1 :]:
                 block.append(nxt)
