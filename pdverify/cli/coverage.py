@@ -131,7 +131,13 @@ def _contexts_per_function(cov: Any, report: dict[str, Any], functions: list[str
 
 
 def run_coverage(
-    data: Path, functions: list[str], out: Path, combine: list[Path], title: str, echo: Any = print
+    data: Path,
+    functions: list[str],
+    out: Path,
+    combine: list[Path],
+    title: str,
+    echo: Any = print,
+    include: list[str] | None = None,
 ) -> int:
     import coverage
 
@@ -143,10 +149,10 @@ def run_coverage(
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         json_path = Path(tmp) / "coverage.json"
-        cov.json_report(outfile=str(json_path), show_contexts=True)
+        cov.json_report(outfile=str(json_path), show_contexts=True, include=include)
         report = json.loads(json_path.read_text())
-    cov.html_report(directory=str(out / "html"), show_contexts=True)
-    cov.xml_report(outfile=str(out / "coverage.xml"))
+    cov.html_report(directory=str(out / "html"), show_contexts=True, include=include)
+    cov.xml_report(outfile=str(out / "coverage.xml"), include=include)
     rows = summarize(report, functions, _contexts_per_function(cov, report, functions))
     text = markdown(rows, title)
     (out / "summary.md").write_text(text)

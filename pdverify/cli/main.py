@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="function sets (pdverify, sglang) or module:qualname entries")  # fmt: skip
     cover.add_argument("--out", default="reports/coverage", help="output directory")
     cover.add_argument("--title", default="Coverage of the PD disaggregation paths")
+    cover.add_argument("--include", nargs="*", default=None, help="file patterns the reports are restricted to")
     return parser
 
 
@@ -175,7 +176,7 @@ def _coverage(args: argparse.Namespace) -> int:
         print(f"pdverify: error: no coverage data at {args.data!r}", file=sys.stderr)
         return exitcodes.USAGE
     out = _writable_dir(args.out)
-    return run_coverage(data, functions, out, [Path(p) for p in args.combine], args.title)
+    return run_coverage(data, functions, out, [Path(p) for p in args.combine], args.title, include=args.include)
 
 
 def _mutate(args: argparse.Namespace) -> int:

@@ -33,9 +33,10 @@ class MutantResult:
 
 
 def order_properties(props: dict[str, PropertyInfo], function: str) -> list[PropertyInfo]:
-    """Properties that exercise ``function`` first, the others after (a fault can surface anywhere)."""
-    first = [p for p in props.values() if function in p.needs]
-    return first + [p for p in props.values() if function not in p.needs]
+    """Properties that exercise ``function`` first, the others after (a fault can surface anywhere); the
+    model-based machines (``M*``, the most expensive per example) last within each group."""
+    ordered = sorted(props.values(), key=lambda p: (function not in p.needs, p.id.startswith("M")))
+    return ordered
 
 
 def kill(mutant_id: str, profile: str, props: dict[str, PropertyInfo] | None = None) -> MutantResult:
