@@ -33,6 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads the profile named on the command line
 def pytest_configure(config: pytest.Config) -> None:
     from pdverify import plugin
 

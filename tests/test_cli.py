@@ -167,3 +167,10 @@ def test_cuda_requested_without_cuda(capsys: pytest.CaptureFixture[str]) -> None
         pytest.skip("CUDA present")
     assert main(["check", "--device", "cuda"]) == exitcodes.USAGE
     assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("profile", ["dev", "mutate", "thorough"])
+def test_every_profile_loads(tmp_path: Path, profile: str) -> None:
+    report = tmp_path / "r.json"
+    assert main(["check", "--device", "cpu", "--profile", profile, "-k", "p5_", "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["profile"] == profile
