@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from pdverify import profiles as _profiles  # noqa: F401 - registers the profiles run_property names
 from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
 from pdverify.targets import Target
 

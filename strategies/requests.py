@@ -26,7 +26,7 @@ def requests(
     tokens, a decode prefix anywhere in ``0..extend_end`` (page-aligned half of the time), extend length
     ``extend_end - prefix`` (0 included), where ``extend_end`` is the KV decode committed (one more during a
     PD rebootstrap); stained or not, ``already_computed`` above and below the prefix, logprob settings,
-    multimodal inputs, and every registered extra field."""
+    multimodal inputs, the rebootstrap flag set, clear or absent, and every registered extra field."""
     check_int("req_pool_idx", req_pool_idx)
     check_int("max_prompt", max_prompt)
     check_int("max_output", max_output)
@@ -64,7 +64,7 @@ def _requests(
         cached_tokens=cached,
         cached_tokens_device=draw(st.integers(0, cached)),
         is_retracted=draw(st.booleans()),
-        pd_rebootstrap_in_progress=rebootstrap or draw(st.booleans()),
+        pd_rebootstrap_in_progress=True if rebootstrap else draw(st.sampled_from([False, True, None])),
         logprob=LogprobSettings(draw(st.integers(0, 5)), draw(st.none() | st.lists(st.integers(0, 100), max_size=3))),
         multimodal_inputs=draw(st.none() | st.builds(dict, mm=st.integers(0, 9))),
         extra={name: draw(spec.strategy) for name, spec in REGISTRY.items()},

@@ -46,7 +46,8 @@ class Request:
     cached_tokens: int = 0
     cached_tokens_device: int = 0
     is_retracted: bool = False
-    pd_rebootstrap_in_progress: bool = False
+    pd_rebootstrap_in_progress: bool | None = False
+    """``None``: the request object has no such attribute (upstream reads it with ``getattr(..., False)``)."""
     logprob: LogprobSettings = field(default_factory=LogprobSettings)
     multimodal_inputs: Any = None
     extra: dict[str, Any] = field(default_factory=dict)

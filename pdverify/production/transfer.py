@@ -1,6 +1,6 @@
 """Ports of the PD main-KV page selection on both sides (sglang 0.5.23).
 
-Prefill: ``finalize_bootstrap`` sizes the sender with ``kv_to_page_num(L - D)`` and starts sending at the
+Prefill: ``finalize_bootstrap`` (upstream) sizes the sender with ``kv_to_page_num(L - D)`` and starts sending at the
 decode prefix ``D``; ``_send_kv_chunk`` sends ``[start_send_idx, end)``, where a non-last chunk ends on an
 absolute page boundary (its partial page is deferred), ``end < start`` is skipped, and a zero-page chunk is
 sent only when it is the last (``should_send_kv_chunk(n, last) = n > 0 or last`` of the common sender). The
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from pdverify.production.page_index import PageIndices, kv_to_page_indices, kv_to_page_num
+from pdverify.production.page_index import PageIndices, kv_to_page_indices
 
 PageFn = Callable[[torch.Tensor, int], PageIndices]
 WireIndices = npt.NDArray[np.int32]
@@ -55,12 +55,6 @@ class KvChunk:
     end: int
     is_last: bool
     """The sender's view: this chunk brings its page counter to ``num_pages``."""
-
-
-def finalize_bootstrap(req_pool_idx: int, origin_len: int, decode_prefix_len: int, page_size: int) -> PrefillSendState:
-    """Size the sender for ``[D, L)`` and start sending at ``D``."""
-    num_pages = kv_to_page_num(origin_len - decode_prefix_len, page_size)
-    return PrefillSendState(req_pool_idx, origin_len, decode_prefix_len, num_pages, decode_prefix_len)
 
 
 def select_chunk(

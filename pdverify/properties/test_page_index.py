@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from hypothesis import example
@@ -143,6 +145,7 @@ def test_p6_align_floor(target: Target, device: str, n: int, ps: int) -> None:
 
 @example(row=PagedRow((5, 2, 9), 10, 4, 4), misalign=0)
 @example(row=PagedRow((5, 2, 9), 10, 4, 4), misalign=2)
+@example(row=PagedRow((5,), 1, 1, 1), misalign=1)  # aligned but past the end
 @prop(
     "P7",
     "minimax_index_transfer_pages: the suffix pages for an aligned prefix, ValueError otherwise",
@@ -161,11 +164,17 @@ def test_p7_minimax(target: Target, device: str, row: PagedRow, misalign: int) -
         assert_host_indices("minimax_index_transfer_pages", result, expected, np.dtype(np.int32))
     else:
         note_event("minimax rejects")
-        try:
-            fn(kv, page_size=row.page_size, prefix_len=prefix)
-        except ValueError:
-            return
-        raise AssertionError(f"prefix_len={prefix} (page_size={row.page_size}, length={row.length}) was accepted")
+        _expect_value_error(fn, kv, row.page_size, prefix)
+    for bad_page_size in (0, -row.page_size):  # its guard covers page_size <= 0 too
+        _expect_value_error(fn, kv, bad_page_size, row.prefix_len)
+
+
+def _expect_value_error(fn: Any, kv: torch.Tensor, page_size: int, prefix: int) -> None:
+    try:
+        fn(kv, page_size=page_size, prefix_len=prefix)
+    except ValueError:
+        return
+    raise AssertionError(f"prefix_len={prefix}, page_size={page_size} (length {len(kv)}) was accepted")
 
 
 @example(values=[20, 21, 22, 23, 8], ps=4)

@@ -151,10 +151,11 @@ def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str]
         "cached_tokens",
         "cached_tokens_device",
         "is_retracted",
-        "pd_rebootstrap_in_progress",
         "multimodal_inputs",
     ):
         setattr(duck, name, getattr(req, name))
+    if req.pd_rebootstrap_in_progress is not None:
+        duck.pd_rebootstrap_in_progress = req.pd_rebootstrap_in_progress  # type: ignore[attr-defined]
     duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]
         top_logprobs_num=req.logprob.top_logprobs_num, token_ids_logprob=req.logprob.token_ids_logprob
     )
