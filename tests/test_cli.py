@@ -174,3 +174,9 @@ def test_every_profile_loads(tmp_path: Path, profile: str) -> None:
     report = tmp_path / "r.json"
     assert main(["check", "--device", "cpu", "--profile", profile, "-k", "p5_", "--report", str(report)]) == 0
     assert json.loads(report.read_text())["profile"] == profile
+
+
+def test_unreproducible_failure_is_flaky_never_passed(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--target", "tests.user_targets:flaky", "-k", "p6_")
+    assert code == exitcodes.FAILED
+    assert statuses(report) == {"P6": "flaky"}

@@ -51,3 +51,16 @@ page_only = Target("page-only", kv_to_page_indices=load_target("pdverify").kv_to
 """Supplies one function: everything else is not applicable."""
 
 not_a_target = 42
+
+
+_calls = {"n": 0}
+
+
+def _sometimes_wrong(length: int, page_size: int) -> int:
+    """Wrong on the 40th call only: Hypothesis cannot reproduce the failure when it replays it."""
+    _calls["n"] += 1
+    right = (length // page_size) * page_size
+    return right + page_size if _calls["n"] == 40 else right
+
+
+flaky = load_target("pdverify").derive("user-flaky", page_align_floor=_sometimes_wrong)
