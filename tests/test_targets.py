@@ -121,3 +121,17 @@ def test_prompt_guard_records_and_refuses() -> None:
         run_prepare_for_prebuilt(target, batch, "cpu", strict_prompt=True)
     duck, _ = build_batch_object(target, batch, "cpu")
     assert repr(duck.reqs[0].origin_input_ids) == "GuardedTokens(len=5)"
+
+
+def test_legacy_value_properties_hold() -> None:
+    """Before #31173 the values were the same: only P3 (aliasing) and the budgets tell legacy apart."""
+    for pid in ("P1", "P2", "P4", "P9", "P10"):
+        assert run_property(PROPS[pid], load_target("legacy")).status == "passed", pid
+
+
+def test_fast_prebuilt_rejects_negative_extend_like_upstream() -> None:
+    from pdverify.model.batch import PrebuiltBatch, Request
+
+    batch = PrebuiltBatch([Request(0, 2, -1, [0] * 5, [1])], [[0] * 5])
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        run_prepare_for_prebuilt(load_target("fast"), batch, "cpu")

@@ -78,11 +78,6 @@ class PrebuiltBatch:
     def width(self) -> int:
         return len(self.req_to_token[0]) if self.req_to_token else 0
 
-    def describe(self) -> str:
-        """A one-line size summary: requests and tokens (for counterexample reports)."""
-        tokens = sum(r.extend_len for r in self.reqs)
-        return f"{len(self.reqs)} request(s), {tokens} extend token(s), table {len(self.req_to_token)}x{self.width}"
-
 
 @dataclass(frozen=True)
 class RequestAfter:
