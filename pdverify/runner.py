@@ -38,12 +38,15 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
         return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
     test: Any = info.test
     saved = getattr(test, "_hypothesis_internal_use_settings", None)
+    outer = settings.default
     reset_examples()
     start = time.perf_counter()
     try:
         if saved is not None:
             # Rebind the profile for this call only (settings are otherwise fixed at decoration time).
             test._hypothesis_internal_use_settings = settings.get_profile(profile)
+        else:  # a test that reads settings.default at run time (the state machine)
+            settings.load_profile(profile)
         test(target=target, device=device)
     except pytest.skip.Exception as exc:
         return PropertyRun(info.id, "not applicable", EXAMPLES.examples, time.perf_counter() - start, str(exc))
@@ -61,6 +64,9 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     finally:
         if saved is not None:
             test._hypothesis_internal_use_settings = saved
+        elif outer is not None:
+            settings.register_profile("_pdverify_outer", outer)
+            settings.load_profile("_pdverify_outer")
     status = "passed" if EXAMPLES.examples else "no examples"
     return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
 
