@@ -5,6 +5,8 @@ per mutant). Select with ``--hypothesis-profile NAME`` or ``pdverify check --pro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -75,6 +77,19 @@ def register_profiles() -> None:
     for name, options in PROFILES.items():
         extra: dict[str, Any] = {} if options.get("derandomize") else {"database": database}
         settings.register_profile(name, **options, **extra)
+
+
+@contextmanager
+def restoring_default_profile() -> Iterator[None]:
+    """Put the caller's default settings back after a block that loads another profile (a nested pytest
+    run, a property run under a chosen profile)."""
+    outer = settings.default
+    try:
+        yield
+    finally:
+        if outer is not None:
+            settings.register_profile("_pdverify_outer", outer)
+            settings.load_profile("_pdverify_outer")
 
 
 def default_profile() -> str:

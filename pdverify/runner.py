@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from pdverify import profiles as _profiles  # noqa: F401 - registers the profiles run_property names
+from pdverify.profiles import restoring_default_profile  # importing it registers the profiles
 from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
 from pdverify.targets import Target
 
@@ -38,16 +38,16 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
         return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
     test: Any = info.test
     saved = getattr(test, "_hypothesis_internal_use_settings", None)
-    outer = settings.default
     reset_examples()
     start = time.perf_counter()
     try:
-        if saved is not None:
-            # Rebind the profile for this call only (settings are otherwise fixed at decoration time).
-            test._hypothesis_internal_use_settings = settings.get_profile(profile)
-        else:  # a test that reads settings.default at run time (the state machine)
-            settings.load_profile(profile)
-        test(target=target, device=device)
+        with restoring_default_profile():
+            if saved is not None:
+                # Rebind the profile for this call only (settings are otherwise fixed at decoration time).
+                test._hypothesis_internal_use_settings = settings.get_profile(profile)
+            else:  # a test that reads settings.default at run time (the state machine)
+                settings.load_profile(profile)
+            test(target=target, device=device)
     except pytest.skip.Exception as exc:
         return PropertyRun(info.id, "not applicable", EXAMPLES.examples, time.perf_counter() - start, str(exc))
     except BaseException as exc:  # a property failure or an exception raised inside the target
@@ -64,9 +64,6 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     finally:
         if saved is not None:
             test._hypothesis_internal_use_settings = saved
-        elif outer is not None:
-            settings.register_profile("_pdverify_outer", outer)
-            settings.load_profile("_pdverify_outer")
     status = "passed" if EXAMPLES.examples else "no examples"
     return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
 

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 
 from pdverify.cli import exitcodes
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
 from pdverify.plugin import LAST_KWARGS, NOT_APPLICABLE
-from pdverify.profiles import PROFILES
+from pdverify.profiles import PROFILES, restoring_default_profile
 from pdverify.properties.registry import PROPERTIES
 from pdverify.targets import FUNCTIONS, Target
 
@@ -144,14 +143,9 @@ def run_check(
     log = io.StringIO()
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    outer = settings.default  # the nested pytest run loads its own profile; put the caller's back after
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            code = pytest.main(args, plugins=[collector])
-    finally:
-        if outer is not None:
-            settings.register_profile("_pdverify_outer", outer)
-            settings.load_profile("_pdverify_outer")
+    # the nested pytest run loads its own profile; the caller's comes back afterwards
+    with restoring_default_profile(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        code = pytest.main(args, plugins=[collector])
     duration = time.perf_counter() - t0
     results = list(collector.results.values())
     base = ["pdverify", "check", "--target", spec, "--profile", profile]

@@ -35,8 +35,7 @@ class MutantResult:
 def order_properties(props: dict[str, PropertyInfo], function: str) -> list[PropertyInfo]:
     """Properties that exercise ``function`` first, the others after (a fault can surface anywhere); the
     model-based machines (``M*``, the most expensive per example) last within each group."""
-    ordered = sorted(props.values(), key=lambda p: (function not in p.needs, p.id.startswith("M")))
-    return ordered
+    return sorted(props.values(), key=lambda p: (function not in p.needs, p.id.startswith("M")))
 
 
 def kill(mutant_id: str, profile: str, props: dict[str, PropertyInfo] | None = None) -> MutantResult:
