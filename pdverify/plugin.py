@@ -40,6 +40,29 @@ def configure(config: pytest.Config) -> None:
         config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _fresh_fixture_requests_under_hypofuzz()
+
+
+def _fresh_fixture_requests_under_hypofuzz() -> None:
+    """Work around HypoFuzz 25.11 on pytest 9: a worker that switches between properties sets a property's
+    fixtures up again on the request object of its previous turn, whose fixture values were torn down
+    ("The fixture value for 'target' is not available"). pytest itself gives an item a fresh request after each
+    teardown (``Function._initrequest``); this does the same before HypoFuzz enters a target's fixtures. Only
+    in a HypoFuzz worker process (``pdverify fuzz``), where ``hypofuzz.hypofuzz`` is already imported."""
+    import sys
+
+    module = sys.modules.get("hypofuzz.hypofuzz")
+    fuzz_target = getattr(module, "FuzzTarget", None)
+    enter = getattr(fuzz_target, "_enter_fixtures", None)
+    if enter is None or getattr(enter, "pdverify_fresh_request", False):
+        return
+
+    def enter_with_fresh_request(self: Any) -> None:
+        self.pytest_item._initrequest()
+        enter(self)
+
+    enter_with_fresh_request.pdverify_fresh_request = True  # type: ignore[attr-defined]
+    fuzz_target._enter_fixtures = enter_with_fresh_request  # type: ignore[union-attr]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -57,9 +80,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("device", params)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def target(request: pytest.FixtureRequest) -> Target:
-    """The target under verification (``--pdverify-target``), loaded once at configure time."""
+    """The target under verification (``--pdverify-target``), loaded once at configure time. Function-scoped
+    (it only reads the stash), so that HypoFuzz, which sets a test's fixtures up outside a pytest session, gets
+    it too."""
     return request.config.stash[TARGET_KEY]
 
 
@@ -73,18 +98,36 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}")
 
 
+def bind_profile(test: Any) -> None:
+    """Run a property under the profile loaded now (``--hypothesis-profile``), whenever its module was
+    imported: ``given`` fixes a test's settings when it decorates it, which may be before this session loaded
+    its profile (an in-process ``pdverify check``, HypoFuzz's collection). The ``target`` fixture is
+    function-scoped but only reads the stash, so the function-scoped-fixture health check does not apply."""
+    from hypothesis import HealthCheck, settings
+
+    if getattr(test, "pdverify_property", None) and hasattr(test, "_hypothesis_internal_use_settings"):
+        base = settings.default
+        assert base is not None
+        suppressed = [*base.suppress_health_check, HealthCheck.function_scoped_fixture]
+        test._hypothesis_internal_use_settings = settings(base, suppress_health_check=suppressed)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    bind_profile(getattr(item, "obj", None))
     reset_examples()
     try:
         yield
     finally:
+        from pdverify.cli.export import counterexample_literals
+
+        item.user_properties.append(
+            ("pdverify_property", getattr(getattr(item, "obj", None), "pdverify_property", None))
+        )
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
         item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
-        item.stash[LAST_KWARGS] = EXAMPLES.last_kwargs
-
-
-LAST_KWARGS = pytest.StashKey[Any]()
+        # as source text: user properties travel from a pytest-xdist worker to the controller
+        item.user_properties.append(("pdverify_args", counterexample_literals(EXAMPLES.last_kwargs)))
 
 
 def is_cuda_oom(exc: BaseException) -> bool:

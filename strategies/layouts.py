@@ -12,6 +12,7 @@ import torch
 from hypothesis import strategies as st
 
 from pdverify.model.layout import PagedRow, pages_needed
+from strategies._seeded import distinct_sample
 from strategies._validate import check_int, check_range
 
 ODD_PAGE_SIZES = (3, 5, 7, 12, 33)
@@ -79,7 +80,7 @@ def _paged_rows(
     length = draw(st.integers(min_length, max_length))
     count = pages_needed(length, ps)
     pool = count + spare_pages
-    pages = draw(st.lists(st.integers(1, pool), min_size=count, max_size=count, unique=True))
+    pages = distinct_sample(draw, 1, pool, count)
     d = draw(st.integers(0, length // ps)) * ps if prefix else 0
     return PagedRow(tuple(pages), length, ps, d)
 
@@ -152,7 +153,7 @@ def _pd_pairs(
     decode = draw(paged_rows(page_size, max_length=max_length))
     ps, n = decode.page_size, decode.length
     count = pages_needed(n, ps)
-    pages = draw(st.lists(st.integers(1, count + 64), min_size=count, max_size=count, unique=True))
+    pages = distinct_sample(draw, 1, count + 64, count)
     prefill = PagedRow(tuple(pages), n, ps, decode.prefix_len)
     return PDPair(prefill, decode, draw(chunk_schedules(n, max_chunks=max_chunks)))
 

@@ -6,10 +6,14 @@ with a shuffled free list), so a slice taken at the wrong offset or from the wro
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from hypothesis import strategies as st
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
 from pdverify.model.layout import token_locations
+from strategies._seeded import SEEDS
 from strategies._validate import check_int
 from strategies.fields import REGISTRY
 from strategies.layouts import page_sizes
@@ -43,32 +47,61 @@ def _requests(
     max_output: int = 4,
     page_size: int = 1,
 ) -> Request:
-    prompt = draw(st.lists(st.integers(0, 50_000), max_size=max_prompt))
-    output = draw(st.lists(st.integers(0, 50_000), max_size=max_output))
-    seq_len = len(prompt) + max(0, len(output) - 1)
-    rebootstrap = bool(output) and draw(st.booleans())
+    # Four choices per request: the lengths and the prefix (what every output depends on) are drawn and shrink
+    # on their own; the bookkeeping, flags, logprob and multimodal settings come from one ``detail`` seed
+    # (``request_details``), which shrinks to 0: every switch off and every counter 0.
+    n_prompt = draw(st.integers(0, max_prompt))
+    n_output = draw(st.integers(0, max_output))
+    detail = draw(SEEDS)
+    rng = random.Random(detail)
+    rebootstrap = n_output > 0 and detail != 0 and rng.random() < 0.25
+    seq_len = n_prompt + max(0, n_output - 1)
     extend_end = seq_len + (1 if rebootstrap else 0)
-    if draw(st.booleans()):
+    if detail == 0 or rng.random() < 0.5:
         prefix = draw(st.integers(0, extend_end // page_size)) * page_size
     else:
         prefix = draw(st.integers(0, extend_end))
-    cached = draw(st.integers(0, max(len(prompt), 0)))
+    tokens = [(detail + 7919 * i) % 50_001 for i in range(n_prompt + n_output)]
     return Request(
         req_pool_idx=req_pool_idx,
         prefix_len=prefix,
         extend_len=extend_end - prefix,
-        origin_input_ids=prompt,
-        output_ids=output,
-        retracted_stain=draw(st.booleans()),
-        already_computed=draw(st.integers(0, extend_end + 4)),
-        cached_tokens=cached,
-        cached_tokens_device=draw(st.integers(0, cached)),
-        is_retracted=draw(st.booleans()),
-        pd_rebootstrap_in_progress=True if rebootstrap else draw(st.sampled_from([False, True, None])),
-        logprob=LogprobSettings(draw(st.integers(0, 5)), draw(st.none() | st.lists(st.integers(0, 100), max_size=3))),
-        multimodal_inputs=draw(st.none() | st.builds(dict, mm=st.integers(0, 9))),
+        origin_input_ids=tokens[:n_prompt],
+        output_ids=tokens[n_prompt:],
         extra={name: draw(spec.strategy) for name, spec in REGISTRY.items()},
+        **request_details(
+            detail, rng, n_prompt=n_prompt, prefix=prefix, extend_end=extend_end, rebootstrap=rebootstrap
+        ),
     )
+
+
+def request_details(
+    detail: int, rng: random.Random, *, n_prompt: int, prefix: int, extend_end: int, rebootstrap: bool
+) -> dict[str, Any]:
+    """A request's bookkeeping, flags, logprob and multimodal settings from the seed ``detail`` (``rng`` is
+    seeded with it): 0 gives the plain request (nothing stained, retracted or cached, no logprob token ids, no
+    multimodal inputs); any other seed draws each setting, the counters biased to the boundaries around the
+    prefix where the clamp ``max(0, prefix - already_computed)`` turns."""
+    if detail == 0:
+        return {"pd_rebootstrap_in_progress": False}
+
+    def near(*anchors: int, high: int) -> int:
+        value = rng.choice([*anchors, rng.randint(0, max(0, high))])
+        return min(max(0, value), max(0, high))
+
+    cached = near(0, prefix, n_prompt, high=n_prompt)
+    return {
+        "retracted_stain": rng.random() < 0.5,
+        "already_computed": near(0, prefix - 1, prefix, prefix + 1, extend_end, high=extend_end + 4),
+        "cached_tokens": cached,
+        "cached_tokens_device": near(0, cached, high=cached),
+        "is_retracted": rng.random() < 0.5,
+        "pd_rebootstrap_in_progress": True if rebootstrap else rng.choice([False, True, None]),
+        "logprob": LogprobSettings(
+            rng.randint(0, 5), None if rng.random() < 0.5 else [rng.randint(0, 100) for _ in range(rng.randint(0, 3))]
+        ),
+        "multimodal_inputs": None if rng.random() < 0.5 else {"mm": rng.randint(0, 9)},
+    }
 
 
 def batches(
@@ -104,14 +137,18 @@ def _batches(
     ps = draw(page_sizes(max_size=16))
     n = draw(st.integers(min_requests, max_requests))
     rows = n + spare_rows
-    pool_of = draw(st.permutations(range(rows)))[:n]
-    reqs = [draw(requests(pool_of[i], max_prompt=max_prompt, page_size=ps)) for i in range(n)]
-    width = max([r.extend_end for r in reqs], default=0) + draw(st.integers(0, 3))
+    # one seed places the batch: which rows the requests sit on, the spare width, the physical page order
+    # and return_logprob (seed 0: rows and pages in order, no spare width, no logprob)
+    layout = draw(SEEDS)
+    rng = random.Random(layout)
+    pool_of = list(range(rows))
+    if layout:
+        rng.shuffle(pool_of)
+    reqs = [draw(_requests(pool_of[i], max_prompt=max_prompt, page_size=ps)) for i in range(n)]
+    width = max([r.extend_end for r in reqs], default=0) + (rng.randint(0, 3) if layout else 0)
     per_row = -(-width // ps) if width else 0
-    total_pages = rows * per_row
-    order = draw(st.permutations(range(1, total_pages + 1)))
-    table = []
-    for r in range(rows):
-        pages = order[r * per_row : (r + 1) * per_row]
-        table.append(token_locations(pages, width, ps))
-    return PrebuiltBatch(reqs, table, return_logprob=draw(st.booleans()))
+    order = list(range(1, rows * per_row + 1))
+    if layout:
+        rng.shuffle(order)
+    table = [token_locations(order[r * per_row : (r + 1) * per_row], width, ps) for r in range(rows)]
+    return PrebuiltBatch(reqs, table, return_logprob=bool(layout) and rng.random() < 0.5)

@@ -64,3 +64,15 @@ def _sometimes_wrong(length: int, page_size: int) -> int:
 
 
 flaky = load_target("pdverify").derive("user-flaky", page_align_floor=_sometimes_wrong)
+
+
+def _decode_hangs_on_long_requests(*args: Any) -> Any:
+    """Decode's destination list hangs for a request of 40 tokens or more (mid-run in a state machine)."""
+    if args[3] >= 40:
+        time.sleep(30)
+    return load_target("pdverify").require("decode_page_indices")(*args)
+
+
+hangs_in_machine = load_target("pdverify").derive(
+    "user-hangs-in-m1", decode_page_indices=_decode_hangs_on_long_requests
+)

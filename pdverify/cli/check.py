@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib.metadata
 import io
 import random
 import re
 import shlex
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,37 +23,43 @@ from typing import Any
 import pytest
 
 from pdverify.cli import exitcodes
+from pdverify.cli.render import Progress, render_table, use_colour
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
-from pdverify.plugin import LAST_KWARGS, NOT_APPLICABLE
+from pdverify.plugin import NOT_APPLICABLE
 from pdverify.profiles import PROFILES, restoring_default_profile
-from pdverify.properties.registry import PROPERTIES
+from pdverify.properties.registry import EXAMPLES, PROPERTIES
+from pdverify.runner import load_properties
 from pdverify.targets import FUNCTIONS, Target
 
 PROPERTIES_DIR = Path(__file__).resolve().parent.parent / "properties"
 
 
 class Collector:
-    """Reads pytest's per-test reports back into ``PropertyResult``s."""
+    """Reads pytest's per-test reports back into ``PropertyResult``s.
 
-    def __init__(self) -> None:
+    Everything it reads travels in the reports' ``user_properties`` (plain values), so the same collector
+    serves a serial run and a pytest-xdist run, where the reports come from worker processes.
+    """
+
+    def __init__(self, progress: Progress | None = None) -> None:
         self.results: dict[str, PropertyResult] = {}
-        self.kwargs: dict[str, Any] = {}
+        self.progress = progress
 
     def _result(self, item_or_report: Any) -> PropertyResult:
         nodeid = item_or_report.nodeid
         if nodeid not in self.results:
             name = nodeid.split("::")[-1]
             test, _, device = name.partition("[")
-            pid = next((p.id for p in PROPERTIES.values() if p.name == test), test)
-            title = PROPERTIES[pid].title if pid in PROPERTIES else "upstream regression test"
-            self.results[nodeid] = PropertyResult(pid, title, test, device.rstrip("]") or "-", "passed", 0, 0.0)
+            self.results[nodeid] = PropertyResult(test, "", test, device.rstrip("]") or "-", "passed", 0, 0.0)
         return self.results[nodeid]
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        yield
-        if call.when == "call":
-            self.kwargs[item.nodeid] = item.stash.get(LAST_KWARGS, None)
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.progress is not None:
+            self.progress.start(nodeid.split("::")[-1])
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        if self.progress is not None:
+            self.progress.finish()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         res = self._result(report)
@@ -72,8 +80,8 @@ class Collector:
             text = report.longreprtext
             res.message = _headline(text)
             res.counterexample = _counterexample(text)
-            res.kwargs = self.kwargs.get(report.nodeid)
-        elif report.when == "call" and res.status == "passed" and res.examples == 0 and res.id in PROPERTIES:
+            res.kwargs = props.get("pdverify_args")
+        elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
             res.status = "no examples"
             res.message = "no example executed: every generated input was filtered or the run stopped at once"
 
@@ -112,8 +120,11 @@ def run_check(
     timeout: float,
     report_path: Path | None,
     export_dir: Path | None,
+    jobs: int = 0,
     echo: Any = print,
 ) -> int:
+    """Run the suite on ``target`` through pytest (``jobs`` > 0: that many pytest-xdist workers), print the
+    table and failures, write the report and the regression files; return the exit code."""
     derandomized = bool(PROFILES[profile].get("derandomize"))
     chosen_seed: int | str = "derandomized" if derandomized else (seed if seed is not None else random.getrandbits(32))
     args = [
@@ -139,15 +150,33 @@ def run_check(
         args += ["--hypothesis-seed", str(chosen_seed)]
     if keyword:
         args += ["-k", keyword]
-    collector = Collector()
+    if jobs:
+        args += ["-n", str(jobs)]
+    if not importlib.metadata.entry_points(group="pytest11", name="pdverify"):
+        args += ["-p", "pdverify.pytest_plugin"]  # run from a source tree (PYTHONPATH), not installed
+    progress = Progress(total=0)
+    collector = Collector(progress if progress.active else None)
     log = io.StringIO()
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     # the nested pytest run loads its own profile; the caller's comes back afterwards
-    with restoring_default_profile(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        code = pytest.main(args, plugins=[collector])
+    with (
+        restoring_default_profile(),
+        progress,
+        contextlib.redirect_stdout(log),
+        contextlib.redirect_stderr(log),
+    ):
+        EXAMPLES.progress = progress.example if progress.active and not jobs else None
+        try:
+            code = pytest.main(args, plugins=[collector])
+        finally:
+            EXAMPLES.progress = None
     duration = time.perf_counter() - t0
-    results = list(collector.results.values())
+    # titles and declaration order, read after the run: importing the property modules before pytest loads the
+    # profile would not change which profile runs (pdverify.plugin.bind_profile), but under xdist the
+    # controller never imports them
+    load_properties()
+    results = sorted((_identify(r) for r in collector.results.values()), key=_declaration_order)
     base = ["pdverify", "check", "--target", spec, "--profile", profile]
     if not derandomized:
         base += ["--seed", str(chosen_seed)]
@@ -164,7 +193,7 @@ def run_check(
     exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
 
     echo(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
-    echo(_table(results))
+    echo(render_table(results, colour=use_colour(sys.stdout)))
     for r in bad:
         echo(f"\n[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}")
         if r.counterexample:
@@ -205,8 +234,14 @@ def run_check(
     return exit_code
 
 
-def _table(results: list[PropertyResult]) -> str:
-    rows = [("property", "device", "examples", "result", "time")]
-    rows += [(f"{r.id} {r.title[:60]}", r.device, str(r.examples), r.status, f"{r.seconds:.2f}s") for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+def _identify(r: PropertyResult) -> PropertyResult:
+    """The property id and title of a result (a test that is not a declared property keeps its name)."""
+    info = next((p for p in PROPERTIES.values() if p.name == r.test), None)
+    r.id, r.title = (info.id, info.title) if info else (r.test, "upstream regression test")
+    return r
+
+
+def _declaration_order(r: PropertyResult) -> tuple[int, str, str]:
+    """Properties in declaration order, then devices: the same table for a serial and a parallel run."""
+    names = [p.name for p in PROPERTIES.values()]
+    return (names.index(r.test) if r.test in names else len(names), r.test, r.device)

@@ -70,6 +70,21 @@ def _literal(value: Any) -> str:
     return text
 
 
+NOT_EXPORTABLE = "__not_exportable__"
+
+
+def counterexample_literals(kwargs: dict[str, Any] | None) -> dict[str, str] | None:
+    """The drawn arguments of a counterexample as Python source that rebuilds them (``target`` and
+    ``device`` left out), or ``{NOT_EXPORTABLE: why}``. Plain strings, so that a pytest-xdist worker can send
+    them to the controller with its report."""
+    if not kwargs:
+        return None
+    try:
+        return {k: _literal(v) for k, v in kwargs.items() if k not in ("target", "device")}
+    except ValueError as exc:
+        return {NOT_EXPORTABLE: str(exc)}
+
+
 def export_regressions(directory: Path, spec: str, results: list[PropertyResult]) -> list[Path]:
     """Write one file per failure that captured its counterexample; return the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -77,12 +92,10 @@ def export_regressions(directory: Path, spec: str, results: list[PropertyResult]
     for r in results:
         if not r.kwargs:
             continue
-        data = {k: v for k, v in r.kwargs.items() if k not in ("target", "device")}
-        try:
-            args = "\n".join(f"        {k}={_literal(v)}," for k, v in data.items())
-        except ValueError as exc:
-            (directory / f"SKIPPED_{r.id}.txt").write_text(f"{r.id}: not exported: {exc}\n")
+        if NOT_EXPORTABLE in r.kwargs:
+            (directory / f"SKIPPED_{r.id}.txt").write_text(f"{r.id}: not exported: {r.kwargs[NOT_EXPORTABLE]}\n")
             continue
+        args = "\n".join(f"        {k}={v}," for k, v in r.kwargs.items())
         slug = re.sub(r"[^0-9a-zA-Z]+", "_", f"{r.id}_{spec}_{r.device}").strip("_").lower()
         path = directory / f"test_regression_{slug}.py"
         path.write_text(

@@ -68,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=60.0, help="per-example time limit in seconds (0: none)")
     check.add_argument("--report", default="pdverify-report.json", help="JSON run report path ('' for none)")
     check.add_argument("--export-regressions", metavar="DIR", default=None, help="write each failure as a pytest file")
+    check.add_argument(
+        "-n", "--jobs", type=int, default=0, metavar="N", help="run properties in N pytest-xdist workers (0: serial)"
+    )
+
+    fuzz = sub.add_parser("fuzz", help="a HypoFuzz campaign over the property suite for a fixed time")
+    fuzz.add_argument("--target", default="pdverify", help="as for check")
+    fuzz.add_argument("--minutes", type=float, default=10.0, help="campaign length")
+    fuzz.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="fuzzing processes")
+    fuzz.add_argument("-k", dest="keyword", default=None, help="only properties matching this pytest -k expression")
+    fuzz.add_argument("--sample", type=float, default=30.0, help="seconds between progress samples")
+    fuzz.add_argument("--json", default=None, help="write the campaign's figures as JSON here")
+
+    sub.add_parser("list", help="the properties: id, title, the target units they need, the contract they encode")
 
     mutate = sub.add_parser("mutate", help="run the suite against every catalogued mutant and print the mutation score")
     mutate.add_argument("--profile", choices=sorted(PROFILES), default="mutate")
@@ -104,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _coverage(args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "list":
+            return _list()
+        if args.command == "fuzz":
+            return _fuzz(args)
         return _mutate(args)
     except _OutputError as exc:
         print(f"pdverify: error: {exc}", file=sys.stderr)
@@ -122,6 +139,15 @@ def _check(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not cuda_available():
         print("pdverify: error: --device cuda but torch.cuda.is_available() is False here", file=sys.stderr)
         return exitcodes.USAGE
+    if args.jobs < 0:
+        print(f"pdverify: error: -n/--jobs must be >= 0, got {args.jobs}", file=sys.stderr)
+        return exitcodes.USAGE
+    if args.jobs:
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is None:
+            print("pdverify: error: -n needs pytest-xdist (pip install pytest-xdist)", file=sys.stderr)
+            return exitcodes.USAGE
     report = _writable_file(args.report) if args.report else None
     export = _writable_dir(args.export_regressions) if args.export_regressions else None
     try:
@@ -139,7 +165,30 @@ def _check(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         report_path=report,
         export_dir=export,
+        jobs=args.jobs,
     )
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    from pdverify.cli.fuzz import run_fuzz
+
+    out = _writable_file(args.json) if args.json else None
+    return run_fuzz(
+        target=args.target,
+        minutes=args.minutes,
+        workers=args.workers,
+        keyword=args.keyword,
+        sample=args.sample,
+        json_path=out,
+    )
+
+
+def _list() -> int:
+    from pdverify.cli.render import render_list, use_colour
+    from pdverify.runner import load_properties
+
+    print(render_list(list(load_properties().values()), colour=use_colour(sys.stdout)))
+    return exitcodes.OK
 
 
 def _bench(args: argparse.Namespace) -> int:

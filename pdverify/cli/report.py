@@ -27,7 +27,8 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
-    kwargs: dict[str, Any] | None = field(default=None, repr=False)
+    kwargs: dict[str, str] | None = field(default=None, repr=False)
+    """The counterexample's drawn arguments as Python source (``pdverify.cli.export.counterexample_literals``)."""
 
 
 def version_of(dist: str) -> str | None:

@@ -33,10 +33,18 @@ class _Counter(threading.local):
     last_kwargs: dict[str, Any] | None = None
     """The arguments of the last failing example."""
     timeout: float = 0.0
+    progress: Callable[[int], None] | None = None
+    """Told the running count after every example (``pdverify check``'s progress line on a terminal)."""
 
 
 EXAMPLES = _Counter()
 """Examples executed since the last ``reset_examples()`` (on this thread)."""
+
+
+def count_example() -> None:
+    EXAMPLES.examples += 1
+    if EXAMPLES.progress is not None:
+        EXAMPLES.progress(EXAMPLES.examples)
 
 
 def reset_examples() -> None:
@@ -64,11 +72,34 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+class ExampleClock:
+    """The per-example limit started and stopped by hand, for examples that are not one function call (a
+    state machine's run starts in its ``__init__`` and ends in its ``teardown``)."""
+
+    def __init__(self) -> None:
+        self._limit: Any = None
+
+    def start(self) -> None:
+        self.stop()
+        self._limit = time_limit(EXAMPLES.timeout)
+        self._limit.__enter__()
+
+    def stop(self) -> None:
+        if self._limit is not None:
+            limit, self._limit = self._limit, None
+            limit.__exit__(None, None, None)
+
+
 def note_event(label: str) -> None:
     """``hypothesis.event`` inside a Hypothesis run; nothing when a property body is replayed on its own
     (an exported regression test)."""
     if currently_in_test_context():
         event(label)
+
+
+ALL_RELEASES = "every release that has the units"
+FROM_31173 = "from upstream #31173 (device-side stride), released in sglang 0.5.23"
+FROM_35070 = "from upstream #35070 (no PREBUILT prompt copy), released in sglang 0.5.23"
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,7 @@ class PropertyInfo:
     needs: tuple[str, ...]
     test: Callable[..., Any]
     module: str
+    contract: str = ALL_RELEASES
 
     @property
     def name(self) -> str:
@@ -98,15 +130,29 @@ def examples(name: str, values: Iterable[Any]) -> Callable[[F], F]:
     return decorate
 
 
-def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.SearchStrategy[Any]) -> Callable[[F], F]:
-    """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data."""
+def prop(
+    id: str,
+    title: str,
+    *,
+    needs: tuple[str, ...],
+    timed: bool = True,
+    contract: str = ALL_RELEASES,
+    **strategies: st.SearchStrategy[Any],
+) -> Callable[[F], F]:
+    """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data.
+
+    The per-example time limit (``--timeout``) applies to each call of the body, which is one example for a
+    property with strategies. A property that runs many examples inside one call (a state machine) passes
+    ``timed=False`` and puts the limit around each of its own examples (``ExampleClock``). ``contract`` names
+    the releases whose contract the property encodes (``pdverify list``).
+    """
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            EXAMPLES.examples += 1
+            count_example()
             try:
-                with time_limit(EXAMPLES.timeout):
+                with time_limit(EXAMPLES.timeout if timed else 0):
                     return fn(*args, **kwargs)
             except BaseException:
                 # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
@@ -121,7 +167,7 @@ def prop(id: str, title: str, *, needs: tuple[str, ...], **strategies: st.Search
         test.pdverify_property = id
         if id in PROPERTIES:
             raise ValueError(f"property id {id!r} declared twice ({PROPERTIES[id].name} and {fn.__name__})")
-        PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__)
+        PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__, contract)
         return cast(F, test)
 
     return decorate

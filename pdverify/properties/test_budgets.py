@@ -14,7 +14,7 @@ from pdverify.ledger import measure
 from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.production.transfer import PrefillSendState
-from pdverify.properties.registry import examples, note_event, prop
+from pdverify.properties.registry import FROM_31173, FROM_35070, examples, note_event, prop
 from pdverify.targets import Target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
 from strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
@@ -28,6 +28,7 @@ length in three dtypes, their host mirrors on a CPU run), whatever its prompt an
 @prop(
     "B1",
     "kv_to_page_indices copies exactly ceil(n / page_size) elements device-to-host, in one copy",
+    contract=FROM_31173,
     needs=("kv_to_page_indices",),
     values=token_index_lists(),
     ps=page_sizes(),
@@ -48,6 +49,7 @@ def test_b1_page_indices_d2h(target: Target, device: str, values: list[int], ps:
 @prop(
     "B2",
     "the prefill chunk and decode page paths copy no token-level slice to the host (pages, plus one guard word)",
+    contract=FROM_31173,
     needs=("send_kv_chunk", "decode_page_indices"),
     row=paged_rows(max_length=512),
     split=st.integers(0, 512),
@@ -83,6 +85,7 @@ LONG_PROMPTS = PrebuiltBatch(
 @prop(
     "B3",
     "prepare_for_prebuilt copies only O(batch) metadata host-to-device, nothing that grows with the prompt",
+    contract=FROM_35070,
     needs=("prepare_for_prebuilt",),
     batch=batches(max_prompt=256),
 )

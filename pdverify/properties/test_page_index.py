@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import page_index as oracle
 from pdverify.properties.compare import NUMPY_OF, assert_host_indices, assert_int
-from pdverify.properties.registry import note_event, prop
+from pdverify.properties.registry import FROM_31173, note_event, prop
 from pdverify.targets import Target
 from strategies import index_dtypes, page_sizes, paged_rows, token_index_lists
 
@@ -69,6 +69,7 @@ def test_p2_paged_slices(target: Target, device: str, row: PagedRow, dtype: torc
 @prop(
     "P3",
     "page_size 1 is the identity on values and returns a fresh array sharing no memory with the input",
+    contract=FROM_31173,
     needs=("kv_to_page_indices",),
     values=token_index_lists(max_size=64),
     dtype=index_dtypes(),

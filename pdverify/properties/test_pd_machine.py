@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedAllocator, token_locations
 from pdverify.production.transfer import PrefillSendState
-from pdverify.properties.registry import EXAMPLES, note_event, prop
+from pdverify.properties.registry import ExampleClock, count_example, note_event, prop
 from pdverify.targets import Target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
 
@@ -66,7 +66,11 @@ class PDMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        EXAMPLES.examples += 1
+        count_example()
+        # One run (a rule sequence) is one example: the per-example limit applies to it, not to the whole
+        # state machine test (which runs hundreds of them).
+        self.clock = ExampleClock()
+        self.clock.start()
         self.reqs: dict[int, Req] = {}
         self.next_rid = 1
         self.freed_pages: list[int] = []
@@ -233,6 +237,12 @@ class PDMachine(RuleBasedStateMachine):
             assert all(s % self.ps == 0 for s in r.starts if s != r.length), f"start_send_idx misaligned: {r.starts}"
 
     def teardown(self) -> None:
+        try:
+            self._release_all()
+        finally:
+            self.clock.stop()
+
+    def _release_all(self) -> None:
         if hasattr(self, "ps"):
             for r in list(self.reqs.values()):
                 self.alloc_p.free(r.prefill_pages)
@@ -241,7 +251,7 @@ class PDMachine(RuleBasedStateMachine):
 
 
 @prop("M1", "the whole PD exchange: decode's KV equals prefill's, token by token, through random event sequences",
-      needs=NEEDS)  # fmt: skip
+      needs=NEEDS, timed=False)  # fmt: skip
 def test_m1_pd_exchange(target: Target, device: str) -> None:
     machine = type("PDMachine", (PDMachine,), {"target": target, "device": device})
     base = settings.default

@@ -10,7 +10,7 @@ import torch
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
 from pdverify.properties.compare import assert_tensor
-from pdverify.properties.registry import examples, note_event, prop
+from pdverify.properties.registry import FROM_35070, examples, note_event, prop
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
 from strategies import batches
@@ -120,6 +120,7 @@ def test_p21b_req_pool_indices(target: Target, device: str, batch: PrebuiltBatch
 @prop(
     "P22",
     "no prompt transfer: input_ids is None; get_fill_ids / fill_ids never called",
+    contract=FROM_35070,
     needs=NEEDS,
     batch=batches(),
 )
@@ -136,6 +137,7 @@ def test_p22_no_prompt_transfer(target: Target, device: str, batch: PrebuiltBatc
 @prop(
     "P22b",
     "the prompt's contents are never touched (its length only): a strict prompt guard never fires",
+    contract=FROM_35070,
     needs=NEEDS,
     batch=batches(),
 )
@@ -244,6 +246,7 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
 @prop(
     "P28",
     "differential: equal to the pre-#35070 function on every field but input_ids",
+    contract=FROM_35070,
     needs=NEEDS,
     batch=batches(),
 )
