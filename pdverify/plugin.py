@@ -36,6 +36,7 @@ def configure(config: pytest.Config) -> None:
     chosen = config.getoption("hypothesis_profile", default=None)
     settings.load_profile(chosen or profiles.default_profile())
     EXAMPLES.timeout = config.getoption("pdverify_timeout")
+    EXAMPLES.seed = config.getoption("pdverify_seed")
     try:
         config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
     except TargetError as exc:
@@ -112,9 +113,31 @@ def bind_profile(test: Any) -> None:
         test._hypothesis_internal_use_settings = settings(base, suppress_health_check=suppressed)
 
 
+def seed(test: Any) -> None:
+    """Seed a property with ``--pdverify-seed`` (none: Hypothesis picks one). Set on the test itself, as
+    ``@hypothesis.seed`` does: ``--hypothesis-seed`` would also switch the example database off, so a failure
+    stored by an earlier run or a fuzzing campaign would never be replayed. (The state machine reads
+    ``EXAMPLES.seed`` itself.)"""
+    if getattr(test, "pdverify_property", None) and hasattr(test, "hypothesis"):
+        test._hypothesis_internal_use_seed = EXAMPLES.seed
+
+
+def key_by_node(item: pytest.Item) -> None:
+    """Key a property's examples in the database by its node id (``test_prebuilt.py::test_p19...[cpu]``), as
+    HypoFuzz does and as Hypothesis does for tests it sees as parametrized: a failure a fuzzing campaign stored
+    is then replayed by ``pdverify check`` (Hypothesis does not see our device parameter, so it would use
+    the bare function digest and never find it)."""
+    test = getattr(item, "obj", None)
+    given = getattr(test, "hypothesis", None)
+    if getattr(test, "pdverify_property", None) and given is not None:
+        given.inner_test._hypothesis_internal_add_digest = item.nodeid.encode()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     bind_profile(getattr(item, "obj", None))
+    seed(getattr(item, "obj", None))
+    key_by_node(item)
     reset_examples()
     try:
         yield

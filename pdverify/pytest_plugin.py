@@ -26,6 +26,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="devices to run properties on (cuda is skipped when absent)",
     )
     group.addoption(
+        "--pdverify-seed",
+        type=int,
+        default=None,
+        help="seed every property's random generation (the example database stays in use, unlike --hypothesis-seed)",
+    )
+    group.addoption(
         "--pdverify-timeout",
         type=float,
         default=0.0,

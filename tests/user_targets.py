@@ -76,3 +76,13 @@ def _decode_hangs_on_long_requests(*args: Any) -> Any:
 hangs_in_machine = load_target("pdverify").derive(
     "user-hangs-in-m1", decode_page_indices=_decode_hangs_on_long_requests
 )
+
+
+def _rare_fault(kv_indices: torch.Tensor, page_size: int) -> PageIndices:
+    """Right except for more than 12 tokens at page size 3: then the last page is dropped. None of P1's explicit
+    examples reach it; random generation or a fuzzing campaign must."""
+    pages: PageIndices = load_target("pdverify").require("kv_to_page_indices")(kv_indices, page_size)
+    return pages[:-1] if page_size == 3 and len(kv_indices) > 12 else pages
+
+
+rare_fault = load_target("pdverify").derive("user-rare-fault", kv_to_page_indices=_rare_fault)

@@ -147,7 +147,7 @@ def run_check(
         profile,
     ]
     if not derandomized:
-        args += ["--hypothesis-seed", str(chosen_seed)]
+        args += ["--pdverify-seed", str(chosen_seed)]
     if keyword:
         args += ["-k", keyword]
     if jobs:

@@ -104,6 +104,16 @@ def read_campaign(db: Any, keys: dict[str, tuple[bytes, str]]) -> list[PropertyF
     return out
 
 
+def _campaign_environment() -> dict[str, str]:
+    """This environment without the variables that make Hypothesis load its derandomized ``ci`` profile when
+    a test module is imported (``CI``, ``GITHUB_ACTIONS``, ...): HypoFuzz skips a derandomized test, so a
+    campaign started from a CI job would collect nothing."""
+    from hypothesis import _settings
+
+    ci_vars = getattr(_settings, "_CI_VARS", {"CI": None})
+    return {k: v for k, v in os.environ.items() if k not in ci_vars}
+
+
 def run_fuzz(
     *,
     target: str,
@@ -131,7 +141,9 @@ def run_fuzz(
     db, keys = _database(), _keys()
     echo(f"pdverify fuzz: target {target!r}, {workers} worker(s), {minutes:g} min, database {db!r}")
     log = open(os.environ.get("PDVERIFY_FUZZ_LOG", os.devnull), "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=_campaign_environment()
+    )
     timeline: list[dict[str, Any]] = []
     t0 = time.monotonic()
     deadline = t0 + minutes * 60
@@ -170,10 +182,12 @@ def run_fuzz(
         rates = " ".join(f"{v:.0f}" for v in r.workers.values())
         echo(f"{r.id:9} {r.behaviors:10} {r.fingerprints:12} {r.examples:9} {rates:>24} {r.failures}")
     failed = [r for r in rows if r.failures]
+    db_dir = os.environ.get("PDVERIFY_DB_DIR", ".hypothesis/examples")
     for r in failed:
+        test = r.nodeid.split("::")[1].split("[")[0]
         echo(
-            f"failure in {r.id}: replay it with PDVERIFY_DB_DIR={os.environ.get('PDVERIFY_DB_DIR', '.hypothesis/examples')}"
-            f" pdverify check --target {target} --profile thorough --device cpu -k {r.nodeid.split('::')[1].split('[')[0]}"
+            f"failure in {r.id}: replay it with PDVERIFY_DB_DIR={db_dir} "
+            f"pdverify check --target {target} --profile thorough --device cpu -k {test}"
         )
     if json_path is not None:
         json_path.write_text(

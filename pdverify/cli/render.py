@@ -123,7 +123,7 @@ class Progress:
         if rich is not None and self.stream is not None and self.stream.isatty():
             from rich.live import Live
 
-            console = rich.console.Console(file=self.stream, no_color=bool(os.environ.get("NO_COLOR")))
+            console = rich.console.Console(file=self.stream, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
             self._live = Live(
                 "", console=console, transient=True, refresh_per_second=8, redirect_stdout=False, redirect_stderr=False
             )

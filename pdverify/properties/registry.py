@@ -33,6 +33,8 @@ class _Counter(threading.local):
     last_kwargs: dict[str, Any] | None = None
     """The arguments of the last failing example."""
     timeout: float = 0.0
+    seed: int | None = None
+    """``--pdverify-seed``: the seed of every property's generation (None: Hypothesis chooses)."""
     progress: Callable[[int], None] | None = None
     """Told the running count after every example (``pdverify check``'s progress line on a terminal)."""
 

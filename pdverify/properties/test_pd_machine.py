@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from hypothesis import core as hypothesis_core
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -28,7 +29,7 @@ from hypothesis.stateful import (
 from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedAllocator, token_locations
 from pdverify.production.transfer import PrefillSendState
-from pdverify.properties.registry import ExampleClock, count_example, note_event, prop
+from pdverify.properties.registry import EXAMPLES, ExampleClock, count_example, note_event, prop
 from pdverify.targets import Target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
 
@@ -258,4 +259,12 @@ def test_m1_pd_exchange(target: Target, device: str) -> None:
     assert base is not None
     runs = max(2 * base.max_examples, 20)
     run: Any = run_state_machine_as_test  # typed in newer Hypothesis releases, untyped in older ones
-    run(machine, settings=settings(base, max_examples=runs, stateful_step_count=50, report_multiple_bugs=False))
+    # the state machine builds its own Hypothesis test, so ``--pdverify-seed`` reaches it the way
+    # ``--hypothesis-seed`` does (which also leaves the example database aside for this property)
+    forced = hypothesis_core.global_force_seed
+    if EXAMPLES.seed is not None:
+        hypothesis_core.global_force_seed = EXAMPLES.seed  # type: ignore[assignment]
+    try:
+        run(machine, settings=settings(base, max_examples=runs, stateful_step_count=50, report_multiple_bugs=False))
+    finally:
+        hypothesis_core.global_force_seed = forced
