@@ -15,4 +15,6 @@ export PYTHONWARNINGS=ignore::UserWarning
 "$VENV/bin/python" -m pdverify.cli.main coverage --data "$OUT/.coverage" --functions sglang --out "$OUT" \
   --title "SGLang 0.5.23: functions under test" \
   --include '*/sglang/srt/mem_cache/common.py' '*/sglang/srt/disaggregation/decode_schedule_batch_mixin.py' \
-  '*/sglang/srt/disaggregation/minimax.py'
+  '*/sglang/srt/disaggregation/minimax.py' '*/sglang/srt/disaggregation/prefill.py' \
+  '*/sglang/srt/disaggregation/common/conn.py' '*/sglang/srt/disaggregation/common/staging_buffer.py' \
+  '*/sglang/srt/disaggregation/common/utils.py' '*/sglang/srt/disaggregation/mooncake/conn.py'

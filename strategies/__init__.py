@@ -4,6 +4,7 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
+from strategies.exchange import prefill_cases, state_lists
 from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
@@ -26,9 +27,11 @@ __all__ = [
     "page_sizes",
     "paged_rows",
     "pd_pairs",
+    "prefill_cases",
     "register_field",
     "registered",
     "requests",
+    "state_lists",
     "token_index_lists",
     "unregister_field",
 ]

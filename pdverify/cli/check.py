@@ -167,10 +167,16 @@ def run_check(
         contextlib.redirect_stderr(log),
     ):
         EXAMPLES.progress = progress.example if progress.active and not jobs else None
+        saved = EXAMPLES.timeout, EXAMPLES.seed
         try:
             code = pytest.main(args, plugins=[collector])
         finally:
+            # the run's limit and seed stay with the run (an in-process caller runs properties afterwards)
             EXAMPLES.progress = None
+            EXAMPLES.timeout, EXAMPLES.seed = saved
+            for info in PROPERTIES.values():
+                if hasattr(info.test, "_hypothesis_internal_use_seed"):
+                    info.test._hypothesis_internal_use_seed = None
     duration = time.perf_counter() - t0
     # titles and declaration order, read after the run: importing the property modules before pytest loads the
     # profile would not change which profile runs (pdverify.plugin.bind_profile), but under xdist the

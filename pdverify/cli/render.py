@@ -37,6 +37,7 @@ ABSENT_DEVICE = "not available"
 def _rich() -> Any:
     try:
         import rich.console
+        import rich.markup
         import rich.table
     except ImportError:  # pragma: no cover - exercised on runners without rich (ci/gpu.sh --quick)
         return None
@@ -75,16 +76,24 @@ def render_table(results: Sequence[PropertyResult], *, colour: bool, width: int 
     table.add_column("examples", justify="right", no_wrap=True)
     table.add_column("result", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
+    escape = rich.markup.escape  # titles hold brackets ("dst[curr : curr + n]") that are not markup
     for r in rows:
         style = STATUS_STYLE.get(r.status, "")
-        table.add_row(r.id, r.title, r.device, str(r.examples), f"[{style}]{r.status}[/]", f"{r.seconds:.2f}s")
+        table.add_row(
+            escape(r.id),
+            escape(r.title),
+            r.device,
+            str(r.examples),
+            f"[{style}]{escape(r.status)}[/]",
+            f"{r.seconds:.2f}s",
+        )
     out = io.StringIO()
     console = rich.console.Console(
         file=out, force_terminal=colour, no_color=not colour, width=width, highlight=False, soft_wrap=False
     )
     console.print(table)
     for line in folded:
-        console.print(line, style="dim")
+        console.print(rich.markup.escape(line), style="dim")
     return _strip(out.getvalue())
 
 
@@ -182,7 +191,7 @@ def render_list(properties: Sequence[Any], *, colour: bool, width: int = 140) ->
     table.add_column("needs", max_width=34, overflow="fold")
     table.add_column("contract", max_width=34, overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(rich.markup.escape(cell) for cell in row))
     out = io.StringIO()
     console = rich.console.Console(file=out, force_terminal=colour, no_color=not colour, width=width, highlight=False)
     console.print(table)

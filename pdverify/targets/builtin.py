@@ -9,7 +9,7 @@ from typing import Any
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
-from pdverify.production import fast, page_index, prebuilt, transfer
+from pdverify.production import fast, page_index, prebuilt, prefill_sender, transfer, wire
 from pdverify.targets.protocol import Target, TargetError
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
@@ -27,6 +27,8 @@ def pdverify_target() -> Target:
         send_kv_chunk=transfer.send_kv_chunk,
         decode_page_indices=transfer.decode_page_indices,
         prepare_for_prebuilt=prebuilt.prepare_for_prebuilt,
+        prefill_exchange=prefill_sender.prefill_exchange,
+        wire_roundtrip=wire.wire_roundtrip,
         layout="sglang-0.5.23",
         sampling_info_path=_PDV_SAMPLING,
     )
@@ -42,6 +44,8 @@ def legacy_target() -> Target:
         send_kv_chunk=legacy_transfer.send_kv_chunk,
         decode_page_indices=legacy_transfer.decode_page_indices,
         prepare_for_prebuilt=legacy_prebuilt.prepare_for_prebuilt,
+        prefill_exchange=None,
+        wire_roundtrip=None,
         layout="sglang-pr35070",
     )
 
@@ -70,8 +74,10 @@ SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conformance venv (ci/conformance.sh)
     """The installed SGLang's real functions (patching only ``SamplingBatchInfo.from_schedule_batch``).
 
-    ``send_kv_chunk`` and ``decode_page_indices`` are scheduler methods upstream that cannot be called alone:
-    this target runs pdverify's port of their page-selection loop around SGLang's real ``kv_to_page_indices``.
+    ``prefill_exchange`` and ``wire_roundtrip`` run SGLang's own scheduler methods, KV sender and wire
+    (``pdverify.targets.sglang_prefill``, ``pdverify.targets.sglang_wire``). ``send_kv_chunk`` and
+    ``decode_page_indices`` are the earlier function-level units: pdverify's port of the page-selection loop
+    around SGLang's real ``kv_to_page_indices`` (kept for P9-P14 and M1).
     """
     try:
         import sglang
@@ -85,6 +91,9 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
             f"target 'sglang': cannot import {exc.name or 'sglang'} ({exc}); install the conformance "
             "environment with ci/build-sglang-env.sh"
         ) from exc
+    from pdverify.targets.sglang_prefill import sglang_prefill_exchange
+    from pdverify.targets.sglang_wire import sglang_wire_roundtrip
+
     real_pages: Any = common.kv_to_page_indices
 
     def decode_page_indices(
@@ -106,6 +115,8 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
         send_kv_chunk=functools.partial(transfer.select_chunk, pages_of=real_pages),
         decode_page_indices=decode_page_indices,
         prepare_for_prebuilt=Mixin.prepare_for_prebuilt,
+        prefill_exchange=sglang_prefill_exchange,
+        wire_roundtrip=sglang_wire_roundtrip,
         layout="sglang-0.5.23",
         sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch",
         package="sglang",

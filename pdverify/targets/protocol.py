@@ -14,8 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
+from pdverify.model.exchange import PrefillCase, PrefillTrace, WireMessage
 from pdverify.production.page_index import PageIndices
 from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
 
@@ -62,6 +65,20 @@ class DecodePageIndices(Protocol):
     ) -> WireIndices: ...
 
 
+class PrefillExchange(Protocol):
+    """The prefill scheduler and its KV sender for one request: bootstrap, early send, every chunk."""
+
+    def __call__(self, case: PrefillCase, device: str, /) -> PrefillTrace: ...
+
+
+class WireRoundtrip(Protocol):
+    """Decode's metadata frames, built and parsed back on the prefill side."""
+
+    def __call__(
+        self, pages: npt.NDArray[np.integer], aux_index: int, state: list[list[int]], decode_prefix_len: int, /
+    ) -> WireMessage: ...
+
+
 PrebuiltFn = Callable[[Any], None]
 """``prepare_for_prebuilt(batch)`` on a duck-typed batch whose attribute names follow the target's layout."""
 
@@ -74,8 +91,10 @@ FUNCTIONS: tuple[str, ...] = (
     "send_kv_chunk",
     "decode_page_indices",
     "prepare_for_prebuilt",
+    "prefill_exchange",
+    "wire_roundtrip",
 )
-"""Every function a target may supply, in report order."""
+"""Every function (unit) a target may supply, in report order."""
 
 
 class NotApplicable(LookupError):
@@ -105,6 +124,8 @@ class Target:
     send_kv_chunk: SendKvChunk | None = None
     decode_page_indices: DecodePageIndices | None = None
     prepare_for_prebuilt: PrebuiltFn | None = None
+    prefill_exchange: PrefillExchange | None = None
+    wire_roundtrip: WireRoundtrip | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None
     package: str = "pdverify"

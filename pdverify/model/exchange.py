@@ -1,0 +1,149 @@
+"""One request's prefill-side transfer, as SGLang's prefill scheduler performs it (sglang-real-paths.md section 2).
+
+A ``PrefillCase`` is everything the scheduler-level code reads for one request: the page size, the prompt
+length ``L``, the decode prefix ``D`` decode sent at bootstrap, the request's row of the request-to-token table,
+where each prefill chunk ends, the DCP pack limit of the peer, the staging grid (``chunked_prefill_size``), the
+device prefix an early cached-prefix send may ship, the virtual-to-physical translation, and the state types of
+the KV pool. A ``PrefillTrace`` is what the KV sender handed to the transfer backend: one ``Transfer`` per
+``add_transfer_request`` (pages, destination slice, last flag, aux and state), the page count the sender was
+initialised with, and ``start_send_idx`` after every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdverify.validation import require_int, require_page_size
+
+STATE_TYPES: tuple[str, ...] = (
+    "SWA",
+    "BLOCK_SCALE_SWA",
+    "DSA",
+    "MINIMAX_INDEX_K",
+    "QSA_COMPRESSED",
+    "MINIMAX_DENSE_KV",
+    "BLOCK_SCALE",
+    "SWA_RING",
+    "REQUEST_ROW",
+)
+"""The state types whose payload a prefill send computes from the request's row or slot (SGLang's
+``StateType`` names): the SWA window, the DSA and MiniMax index-K suffix from ``D``, the full-from-0 lists,
+the unified SWA ring and the request row."""
+
+
+@dataclass(frozen=True)
+class PrefillCase:
+    """One request on the prefill side. ``row`` holds the token locations of positions ``0 .. L - 1``
+    (``page * page_size + offset``, int32 as ``ReqToTokenPool`` allocates them)."""
+
+    page_size: int
+    length: int
+    decode_prefix: int
+    row: tuple[int, ...]
+    chunk_ends: tuple[int, ...]
+    """``req.extend_end`` after each prefill chunk, non-decreasing; the last is ``L`` (the last chunk)."""
+    req_pool_idx: int = 1
+    dcp_max_tokens: int | None = None
+    """The peer's DCP pack limit in tokens (a page multiple, as ``ceil_align`` makes it), or no limit."""
+    chunked_prefill_size: int | None = None
+    """Staging on: the grid is ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
+    early_prefix: int | None = None
+    """``prefix_len - host_hit_length`` at the first batch: an early cached-prefix send; None: no early send."""
+    translate_offset: int | None = None
+    """Unified memory: the transfer translates virtual token ids to physical ones (``+ offset``, int64);
+    None: the identity (ids stay int32)."""
+    state_types: tuple[str, ...] = ()
+    window: int = 4
+    """The sliding window (SWA, BLOCK_SCALE_SWA, SWA_RING) in tokens."""
+    ring_size: int = 8
+    """The unified SWA ring stride (``unified_swa_ring_size``), at least the window."""
+    aux_index: int = 7
+
+    def __post_init__(self) -> None:
+        require_page_size(self.page_size)
+        require_int("length", self.length, minimum=0)
+        require_int("decode_prefix", self.decode_prefix, minimum=0)
+        if self.decode_prefix > self.length or self.decode_prefix % self.page_size:
+            raise ValueError(
+                f"decode_prefix={self.decode_prefix} must be page-aligned and <= length={self.length} (page_size="
+                f"{self.page_size})"
+            )
+        if len(self.row) != self.length:
+            raise ValueError(f"row has {len(self.row)} locations, expected length={self.length}")
+        if (
+            not self.chunk_ends
+            or self.chunk_ends[-1] != self.length
+            or list(self.chunk_ends) != sorted(self.chunk_ends)
+        ):
+            raise ValueError(f"chunk_ends={self.chunk_ends} must be non-decreasing and end at length={self.length}")
+        if self.dcp_max_tokens is not None and (
+            self.dcp_max_tokens < self.page_size or self.dcp_max_tokens % self.page_size
+        ):
+            raise ValueError(f"dcp_max_tokens={self.dcp_max_tokens} must be a positive multiple of page_size")
+        if self.chunked_prefill_size is not None:
+            require_int("chunked_prefill_size", self.chunked_prefill_size, minimum=1)
+        if self.early_prefix is not None and not 0 <= self.early_prefix < max(1, self.length):
+            raise ValueError(f"early_prefix={self.early_prefix} must be in [0, length - 1]")
+        if self.translate_offset is not None and (self.translate_offset < 0 or self.translate_offset % self.page_size):
+            raise ValueError(
+                f"translate_offset={self.translate_offset} must be a non-negative multiple of page_size (a "
+                "translation maps whole pages)"
+            )
+        unknown = set(self.state_types) - set(STATE_TYPES)
+        if unknown:
+            raise ValueError(f"unknown state types {sorted(unknown)} (known: {', '.join(STATE_TYPES)})")
+        require_int("window", self.window, minimum=1)
+        if self.ring_size < self.window:
+            raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+
+    @property
+    def grid(self) -> int | None:
+        """The staging grid in tokens (None when staging is off)."""
+        if self.chunked_prefill_size is None:
+            return None
+        return max(1, self.chunked_prefill_size // self.page_size) * self.page_size
+
+    @property
+    def index_dtype(self) -> str:
+        """The dtype of the main page lists: int32 as allocated, int64 once translated."""
+        return "int32" if self.translate_offset is None else "int64"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One ``add_transfer_request``: ``pages`` go to ``dst[start:stop]`` of decode's destination list."""
+
+    pages: tuple[int, ...]
+    dtype: str
+    start: int
+    stop: int
+    is_last: bool
+    aux_index: int | None
+    state: tuple[tuple[int, ...], ...] | None
+    num_kv_tokens: int | None
+
+
+@dataclass
+class PrefillTrace:
+    """What the prefill scheduler and its KV sender did for one ``PrefillCase``."""
+
+    num_pages: int
+    """The count ``finalize_bootstrap`` initialised the sender with."""
+    transfers: list[Transfer] = field(default_factory=list)
+    start_send_idx: list[int] = field(default_factory=list)
+    """``req.start_send_idx`` after bootstrap and after every send call (early send included)."""
+    metadata_sets: int = 0
+    """How often the request's metadata buffer was set (``disagg_metadata_buffers.set_buf``): once, by the
+    last chunk."""
+
+
+@dataclass(frozen=True)
+class WireMessage:
+    """What the prefill side reads back from the metadata frames decode sent (``TransferInfo``)."""
+
+    pages: tuple[int, ...]
+    dtype: str
+    aux_index: int | None
+    state: tuple[tuple[int, ...], ...]
+    decode_prefix_len: int | None
+    is_dummy: bool

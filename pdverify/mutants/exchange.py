@@ -1,0 +1,282 @@
+"""Faults in the scheduler-level prefill transfer and the metadata wire: the port with one piece replaced.
+
+Each mutant runs pdverify's port (``pdverify.production.prefill_sender`` / ``wire``) with a single helper, payload
+or sender rule swapped for a faulty one for the duration of the call - the kind of slip a change to SGLang's
+scheduler, sender or state payloads could make.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from unittest import mock
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMessage
+from pdverify.mutants.catalogue import mutant
+from pdverify.production import prefill_sender as port
+from pdverify.production import wire
+from pdverify.production.page_index import PageIndices, kv_to_page_indices
+
+Payload = Callable[[port.PrefillRequest, int], PageIndices]
+
+
+def _with_payload(kinds: tuple[str, ...], payload: Payload, case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.dict(port.PAYLOADS, dict.fromkeys(kinds, payload)):
+        return port.prefill_exchange(case, device)
+
+
+def _row(req: port.PrefillRequest) -> torch.Tensor:
+    return req.table[req.case.req_pool_idx]
+
+
+# --- state payloads ---------------------------------------------------------------------------------
+
+
+@mutant("XS01", "prefill_exchange", "off-by-page window", "SWA window starts one page late")
+def swa_page_late(case: PrefillCase, device: str) -> PrefillTrace:
+    def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
+        ps = req.case.page_size
+        start = (max(req.decode_prefix, seq_len - req.case.window) // ps + 1) * ps
+        return kv_to_page_indices(_row(req)[start:seq_len], ps)
+
+    return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
+
+
+@mutant("XS02", "prefill_exchange", "dropped clamp", "SWA window ignores the decode prefix (starts before D)")
+def swa_before_prefix(case: PrefillCase, device: str) -> PrefillTrace:
+    def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
+        ps = req.case.page_size
+        start = (max(0, seq_len - req.case.window) // ps) * ps
+        return kv_to_page_indices(_row(req)[start:seq_len], ps)
+
+    return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
+
+
+@mutant("XS03", "prefill_exchange", "dropped alignment", "SWA window start not floored to a page")
+def swa_unaligned(case: PrefillCase, device: str) -> PrefillTrace:
+    def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
+        start = max(req.decode_prefix, seq_len - req.case.window)
+        return kv_to_page_indices(_row(req)[start:seq_len], req.case.page_size)
+
+    return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
+
+
+@mutant("XS04", "prefill_exchange", "wrong origin", "DSA suffix from 0 instead of D")
+def dsa_from_zero(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_payload(("DSA",), lambda req, n: kv_to_page_indices(_row(req)[:n], req.case.page_size), case, device)
+
+
+@mutant("XS05", "prefill_exchange", "wrong origin", "MiniMax index-K from 0 instead of D")
+def minimax_from_zero(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_payload(
+        ("MINIMAX_INDEX_K",), lambda req, n: kv_to_page_indices(_row(req)[:n], req.case.page_size), case, device
+    )
+
+
+@mutant("XS06", "prefill_exchange", "wrong origin", "full-from-0 lists start at D (prefix pages dropped)")
+def full_from_prefix(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_payload(
+        ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"),
+        lambda req, n: kv_to_page_indices(_row(req)[req.decode_prefix : n], req.case.page_size),
+        case,
+        device,
+    )
+
+
+@mutant("XS07", "prefill_exchange", "off-by-one slice", "full-from-0 lists stop one token early")
+def full_one_short(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_payload(
+        ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"),
+        lambda req, n: kv_to_page_indices(_row(req)[: max(0, n - 1)], req.case.page_size),
+        case,
+        device,
+    )
+
+
+@mutant("XS08", "prefill_exchange", "dropped modulo", "SWA ring rows without the ring modulo")
+def ring_no_modulo(case: PrefillCase, device: str) -> PrefillTrace:
+    def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
+        c = req.case
+        positions = np.arange(max(0, seq_len - c.window), seq_len, dtype=np.int64)
+        return (c.req_pool_idx * c.ring_size + positions).astype(np.int32)
+
+    return _with_payload(("SWA_RING",), payload, case, device)
+
+
+@mutant("XS09", "prefill_exchange", "wrong source", "request row payload names the next row")
+def request_row_next(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_payload(
+        ("REQUEST_ROW",), lambda req, n: np.array([req.case.req_pool_idx + 1], dtype=np.int32), case, device
+    )
+
+
+@mutant("XS10", "prefill_exchange", "reordered result", "state lists in reverse state-type order")
+def state_reversed(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.state_payloads
+    with mock.patch.object(port, "state_payloads", lambda req, n: original(req, n)[::-1]):
+        return port.prefill_exchange(case, device)
+
+
+# --- the sender -------------------------------------------------------------------------------------
+
+
+class _Sender(port.CommonSender):
+    fault = ""
+
+    def send(self, pages: PageIndices, state: list[PageIndices] | None, num_kv_tokens: int) -> None:
+        start = self.curr_idx
+        advance = 0 if self.fault == "no-advance" else len(pages)
+        self.curr_idx += advance
+        is_last = self.curr_idx == self.num_kv_indices
+        if self.fault == "early-last":
+            is_last = self.curr_idx >= self.num_kv_indices - 1
+        gated = is_last or self.fault == "aux-always"
+        self.transfers.append(
+            Transfer(
+                tuple(int(p) for p in pages),
+                str(pages.dtype),
+                start,
+                start + len(pages),
+                is_last,
+                self.aux_index if gated else None,
+                None
+                if state is None or not is_last or self.fault == "state-dropped"
+                else tuple(tuple(int(v) for v in s) for s in state),
+                num_kv_tokens,
+            )
+        )
+
+
+def _with_sender(fault: str, case: PrefillCase, device: str) -> PrefillTrace:
+    sender = type("FaultySender", (_Sender,), {"fault": fault})
+    with mock.patch.object(port, "CommonSender", sender):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XK01", "prefill_exchange", "dropped guard", "the sender forwards aux on every send")
+def aux_always(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_sender("aux-always", case, device)
+
+
+@mutant("XK02", "prefill_exchange", "wrong condition", "the sender flags last one page early")
+def early_last(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_sender("early-last", case, device)
+
+
+@mutant("XK03", "prefill_exchange", "missing update", "the sender's page counter never advances")
+def counter_stuck(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_sender("no-advance", case, device)
+
+
+@mutant("XK04", "prefill_exchange", "dropped payload", "the last transfer goes out without its state lists")
+def state_dropped(case: PrefillCase, device: str) -> PrefillTrace:
+    return _with_sender("state-dropped", case, device)
+
+
+@mutant("XK05", "prefill_exchange", "wrong rounding", "sender initialised with floor((L - D) / ps) pages")
+def init_floor(case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port, "kv_to_page_num", lambda n, ps: n // ps):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XK06", "prefill_exchange", "dropped send", "a zero-page last transfer is not sent")
+def no_zero_last(case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port.CommonSender, "should_send_kv_chunk", staticmethod(lambda n, last: n > 0)):
+        return port.prefill_exchange(case, device)
+
+
+# --- segments, grid, early send, translation ----------------------------------------------------------
+
+
+@mutant("XG01", "prefill_exchange", "wrong base", "DCP / grid segments split from token 0 instead of D")
+def segments_from_zero(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.grid_segments
+    with mock.patch.object(port, "grid_segments", lambda s, e, base, grid: original(s, e, 0, grid)):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XG02", "prefill_exchange", "off-by-page limit", "segments one page longer than the pack limit")
+def segments_too_long(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.grid_segments
+    with mock.patch.object(port, "grid_segments", lambda s, e, base, grid: original(s, e, base, grid + case.page_size)):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XG03", "prefill_exchange", "misaligned segments", "segment ends not page-aligned (split at grid - 1)")
+def segments_misaligned(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.grid_segments
+    with mock.patch.object(port, "grid_segments", lambda s, e, base, grid: original(s, e, base, max(1, grid - 1))):
+        return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XG04",
+    "prefill_exchange",
+    "wrong rounding",
+    "staging handled as a DCP limit: non-last sends end on a page, not on the grid",
+)
+def staging_page_floor(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.grid is None:
+        return port.prefill_exchange(case, device)
+    return port.prefill_exchange(replace(case, chunked_prefill_size=None, dcp_max_tokens=case.grid), device)
+
+
+@mutant("XE01", "prefill_exchange", "missing update", "the early send does not advance start_send_idx (re-sent later)")
+def early_not_advanced(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.maybe_send_cached_prefix_chunk
+
+    def early(req: port.PrefillRequest, extend_end: int) -> None:
+        before = req.start_send_idx
+        original(req, extend_end)
+        req.start_send_idx = before
+
+    with mock.patch.object(port, "maybe_send_cached_prefix_chunk", early):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XE02", "prefill_exchange", "wrong flag", "early send sent as the last chunk")
+def early_as_last(case: PrefillCase, device: str) -> PrefillTrace:
+    def early(req: port.PrefillRequest, extend_end: int) -> None:
+        cached = req.case.early_prefix
+        if cached is not None and cached > req.start_send_idx and cached % req.case.page_size == 0:
+            port.send_kv_chunk(req, extend_end, last_chunk=True, end_idx=cached)
+
+    with mock.patch.object(port, "maybe_send_cached_prefix_chunk", early):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XT01", "prefill_exchange", "dropped translation", "virtual ids sent untranslated")
+def untranslated(case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port, "translate", lambda c, kv: kv):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XT02", "prefill_exchange", "wrong dtype", "translated ids narrowed back to int32")
+def translated_int32(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.translate
+    with mock.patch.object(port, "translate", lambda c, kv: original(c, kv).to(torch.int32)):
+        return port.prefill_exchange(case, device)
+
+
+# --- the wire -----------------------------------------------------------------------------------------
+
+
+@mutant("XW01", "wire_roundtrip", "wrong dtype", "page list sent as int64 bytes, read back as int32")
+def wire_int64(pages: npt.NDArray[np.integer], aux: int, state: list[list[int]], prefix: int) -> WireMessage:
+    return wire.parse_frames(wire.build_frames(pages.astype(np.int64), aux, state, prefix))
+
+
+@mutant("XW02", "wire_roundtrip", "dropped field", "decode_prefix_len not put on the wire")
+def wire_no_prefix(pages: npt.NDArray[np.integer], aux: int, state: list[list[int]], prefix: int) -> WireMessage:
+    frames = wire.build_frames(pages, aux, state, prefix)
+    frames[8] = b""
+    return wire.parse_frames(frames)
+
+
+@mutant("XW03", "wire_roundtrip", "dropped element", "empty state lists dropped when packed")
+def wire_drop_empty_state(pages: npt.NDArray[np.integer], aux: int, state: list[list[int]], prefix: int) -> WireMessage:
+    return wire.parse_frames(wire.build_frames(pages, aux, [s for s in state if s], prefix))

@@ -1,0 +1,67 @@
+"""What a prefill transfer must ship, written from the contract (sglang-pd.md section 5 B-C) in plain Python.
+
+Independent of the production code: lists and integer arithmetic only. A page list is the distinct pages of a
+token range in first-appearance order (a request's row is paged: ``location // page_size`` is its page).
+"""
+
+from __future__ import annotations
+
+from pdverify.model.exchange import PrefillCase
+
+
+def _pages(locations: list[int], page_size: int) -> list[int]:
+    seen: list[int] = []
+    for loc in locations:
+        page = loc // page_size
+        if page not in seen:
+            seen.append(page)
+    return seen
+
+
+def page_count(case: PrefillCase) -> int:
+    """P9: the sender's page count, ``ceil((L - D) / page_size)``."""
+    q, r = divmod(case.length - case.decode_prefix, case.page_size)
+    return q + (1 if r else 0)
+
+
+def main_pages(case: PrefillCase) -> list[int]:
+    """P10: the pages of ``[D, L)`` after the virtual-to-physical translation."""
+    offset = case.translate_offset or 0
+    return _pages([loc + offset for loc in case.row[case.decode_prefix :]], case.page_size)
+
+
+def window_start(case: PrefillCase) -> int:
+    """P15: ``floor(max(D, L - W) / page_size) * page_size`` - never before ``D``."""
+    start = max(case.decode_prefix, case.length - case.window)
+    return start - start % case.page_size
+
+
+def state_lists(case: PrefillCase) -> list[list[int]]:
+    """P15-P17 on the prefill side: one list per state type, in the pool's order."""
+    row, ps, d, n = list(case.row), case.page_size, case.decode_prefix, case.length
+    out: list[list[int]] = []
+    for kind in case.state_types:
+        if kind in ("SWA", "BLOCK_SCALE_SWA"):
+            out.append(_pages(row[window_start(case) : n], ps))
+        elif kind in ("DSA", "MINIMAX_INDEX_K"):
+            out.append(_pages(row[d:n], ps))
+        elif kind in ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"):
+            out.append(_pages(row[:n], ps))
+        elif kind == "SWA_RING":
+            out.append(
+                [case.req_pool_idx * case.ring_size + p % case.ring_size for p in range(max(0, n - case.window), n)]
+            )
+        elif kind == "REQUEST_ROW":
+            out.append([case.req_pool_idx])
+        else:
+            raise ValueError(f"state type {kind!r}: no contract written for it")
+    return out
+
+
+def grid_boundaries(case: PrefillCase) -> set[int]:
+    """Token positions where a send may end before ``L`` (P12): page boundaries; with staging, only the grid
+    ``D + k * grid``."""
+    grid = case.grid
+    if grid is not None:
+        return {case.decode_prefix + k * grid for k in range(case.length // grid + 2)}
+    return set(range(0, case.length + 1, case.page_size))

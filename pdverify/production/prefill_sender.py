@@ -1,0 +1,206 @@
+"""Port of SGLang 0.5.23's prefill scheduler path for one request, at its own granularity.
+
+* ``finalize_bootstrap`` (``PrefillBootstrapQueue``): pops ``D``, sets ``start_send_idx = D`` and initialises
+  the sender with ``kv_to_page_num(L - D, page_size)`` pages and the metadata buffer index (aux).
+* ``maybe_send_cached_prefix_chunk``: the early send of the device-resident cached prefix ``prefix_len -
+  host_hit_length`` (with staging, snapshotted at the first batch); skipped when it does not pass
+  ``start_send_idx`` or is not page-aligned.
+* ``_send_kv_chunk``: ``[start_send_idx, end)``; a non-last chunk ends on an absolute page boundary (with
+  staging: on the grid ``D + k * grid``); ``end < start`` is skipped; the last chunk computes the state payloads;
+  the range is split at ``D + k * limit`` when the peer has a DCP pack limit or staging is on
+  (``compute_grid_segments``); each segment is translated, paged and sent when it has pages or is the final
+  segment of the last chunk; state goes with that final segment only.
+* ``CommonKVSender``: ``send`` places a chunk at ``dst[curr_idx : curr_idx + n]``, flags it last when
+  ``curr_idx`` reaches the initialised count, and forwards aux and state only then.
+
+The page lists follow the row's dtype (int32), int64 after a translation, as upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.production.page_index import (
+    PageIndices,
+    kv_to_page_indices,
+    kv_to_page_num,
+    minimax_index_transfer_pages,
+    suffix_page_indices,
+)
+
+
+@dataclass
+class CommonSender:
+    """``CommonKVSender``'s bookkeeping: the cumulative page counter and the last flag."""
+
+    num_kv_indices: int = 0
+    aux_index: int | None = None
+    curr_idx: int = 0
+    transfers: list[Transfer] = field(default_factory=list)
+
+    def init(self, num_kv_indices: int, aux_index: int | None) -> None:
+        self.num_kv_indices, self.aux_index = num_kv_indices, aux_index
+
+    @staticmethod
+    def should_send_kv_chunk(num_pages: int, last_chunk: bool) -> bool:
+        return num_pages > 0 or last_chunk
+
+    def send(self, pages: PageIndices, state: list[PageIndices] | None, num_kv_tokens: int) -> None:
+        start = self.curr_idx
+        self.curr_idx += len(pages)
+        is_last = self.curr_idx == self.num_kv_indices
+        self.transfers.append(
+            Transfer(
+                pages=tuple(int(p) for p in pages),
+                dtype=str(pages.dtype),
+                start=start,
+                stop=self.curr_idx,
+                is_last=is_last,
+                aux_index=self.aux_index if is_last else None,
+                state=tuple(tuple(int(v) for v in s) for s in state) if is_last and state is not None else None,
+                num_kv_tokens=num_kv_tokens,
+            )
+        )
+
+
+def grid_segments(start: int, end: int, base: int, grid: int) -> list[tuple[int, int]]:
+    """``[start, end)`` split at ``base + k * grid``; an empty range is one empty segment."""
+    if end <= start:
+        return [(start, end)]
+    segments, s = [], start
+    while s < end:
+        e = min(end, base + ((s - base) // grid + 1) * grid)
+        segments.append((s, e))
+        s = e
+    return segments
+
+
+@dataclass
+class PrefillRequest:
+    case: PrefillCase
+    table: torch.Tensor
+    sender: CommonSender
+    start_send_idx: int = 0
+    decode_prefix: int = 0
+    early_send_prefix_end: int | None = None
+    metadata_sets: int = 0
+
+
+def _swa_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    ps = req.case.page_size
+    start = max(req.decode_prefix, seq_len - req.case.window)
+    start = (start // ps) * ps
+    return kv_to_page_indices(req.table[req.case.req_pool_idx, start:seq_len], ps)
+
+
+def _full_kv_pages_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    return kv_to_page_indices(req.table[req.case.req_pool_idx, :seq_len], req.case.page_size)
+
+
+def _minimax_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    row = req.table[req.case.req_pool_idx, :seq_len]
+    return minimax_index_transfer_pages(row, page_size=req.case.page_size, prefix_len=req.decode_prefix)
+
+
+def _dsa_pages_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    case = req.case
+    return suffix_page_indices(req.table, case.req_pool_idx, req.decode_prefix, seq_len, case.page_size)
+
+
+def _swa_ring_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    case = req.case
+    positions = np.arange(max(0, seq_len - case.window), seq_len, dtype=np.int64)
+    return (case.req_pool_idx * case.ring_size + positions % case.ring_size).astype(np.int32)
+
+
+def _request_row_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
+    return np.array([req.case.req_pool_idx], dtype=np.int32)
+
+
+PAYLOADS: dict[str, Callable[[PrefillRequest, int], PageIndices]] = {
+    "SWA": _swa_payload,
+    "BLOCK_SCALE_SWA": _swa_payload,
+    "QSA_COMPRESSED": _full_kv_pages_payload,
+    "MINIMAX_DENSE_KV": _full_kv_pages_payload,
+    "BLOCK_SCALE": _full_kv_pages_payload,
+    "MINIMAX_INDEX_K": _minimax_payload,
+    "DSA": _dsa_pages_payload,
+    "SWA_RING": _swa_ring_payload,
+    "REQUEST_ROW": _request_row_payload,
+}
+"""State type -> its payload on the last chunk (upstream's ``payloads`` dict of closures)."""
+
+
+def state_payloads(req: PrefillRequest, seq_len: int) -> list[PageIndices]:
+    return [PAYLOADS[kind](req, seq_len) for kind in req.case.state_types]
+
+
+def translate(case: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
+    """``translate_kv_indices_for_transfer``: virtual to physical ids (int64), or the identity."""
+    return kv if case.translate_offset is None else kv.to(torch.int64) + case.translate_offset
+
+
+def send_kv_chunk(req: PrefillRequest, extend_end: int, *, last_chunk: bool, end_idx: int | None = None) -> None:
+    """``_send_kv_chunk``: send ``[start_send_idx, end)`` for a chunk that reached ``extend_end``."""
+    case, ps = req.case, req.case.page_size
+    start = req.start_send_idx
+    end = end_idx if end_idx is not None else min(extend_end, case.length)
+    if not last_chunk:
+        end -= end % ps
+        if case.grid is not None:
+            end = req.decode_prefix + ((end - req.decode_prefix) // case.grid) * case.grid
+    if end < start:
+        return
+    state = None
+    if last_chunk:
+        req.metadata_sets += 1
+        state = state_payloads(req, min(extend_end, case.length))
+    limit = case.grid if case.grid is not None else case.dcp_max_tokens
+    segments = grid_segments(start, end, req.decode_prefix, limit) if limit is not None else [(start, end)]
+    row = req.table[case.req_pool_idx]
+    for s, e in segments:
+        pages = kv_to_page_indices(translate(case, row[s:e]), ps)
+        final = last_chunk and e == end
+        if not req.sender.should_send_kv_chunk(len(pages), final):
+            continue
+        req.sender.send(pages, state if final else None, num_kv_tokens=e - s)
+    req.start_send_idx = end
+
+
+def maybe_send_cached_prefix_chunk(req: PrefillRequest, extend_end: int) -> None:
+    """The early send of the device-resident cached prefix (staging: snapshotted at the first batch)."""
+    case = req.case
+    if case.early_prefix is None:
+        return
+    if case.grid is not None and req.early_send_prefix_end is None:
+        req.early_send_prefix_end = case.early_prefix
+    cached_end = req.early_send_prefix_end if case.grid is not None else case.early_prefix
+    assert cached_end is not None
+    if cached_end <= req.start_send_idx or cached_end % case.page_size:
+        return
+    send_kv_chunk(req, extend_end, last_chunk=False, end_idx=cached_end)
+
+
+def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
+    """Bootstrap, the early send, then every chunk of ``case`` (the last one last)."""
+    width = case.length + case.page_size
+    table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
+    table[case.req_pool_idx, : case.length] = torch.tensor(case.row, dtype=torch.int32, device=device)
+    req = PrefillRequest(case, table, CommonSender())
+    # finalize_bootstrap
+    req.decode_prefix = req.start_send_idx = case.decode_prefix
+    req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
+    trace = PrefillTrace(req.sender.num_kv_indices, req.sender.transfers, [req.start_send_idx])
+    for k, end in enumerate(case.chunk_ends):
+        if k == 0:
+            maybe_send_cached_prefix_chunk(req, end)
+            trace.start_send_idx.append(req.start_send_idx)
+        send_kv_chunk(req, end, last_chunk=k == len(case.chunk_ends) - 1)
+        trace.start_send_idx.append(req.start_send_idx)
+    trace.metadata_sets = req.metadata_sets
+    return trace

@@ -1,0 +1,273 @@
+"""Scheduler-level properties of one request's prefill transfer (sglang-pd.md section 5 B-C), on the
+``prefill_exchange`` unit (SGLang's own ``finalize_bootstrap``, early send, ``send_kv_chunk`` and
+``CommonKVSender`` on the ``sglang`` target), and of the metadata wire (``wire_roundtrip``).
+
+S9-S14 extend P9-P14 to what the scheduler really does (DCP segments, the staging grid, the early send, the
+translated int64 indices, aux and state routed by the sender's own counter). P15-P18 check the state lists of
+the final send against the positions decode registers for them: the SWA window from ``max(D, L - W)``, the DSA
+and MiniMax index-K suffix from ``D``, the full lists from 0, the ring and the request row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import example
+from hypothesis import strategies as st
+
+from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMessage
+from pdverify.model.layout import PagedRow, build_req_to_token
+from pdverify.oracle import prefill_exchange as oracle
+from pdverify.properties.registry import note_event, prop
+from pdverify.targets import Target
+from strategies import PDPair, pd_pairs, prefill_cases, state_lists
+
+NEEDS = ("prefill_exchange",)
+SPEC_PAGES = (5, 6, 2, 9, 3, 8)
+
+
+def _spec_case(**kw: Any) -> PrefillCase:
+    """sglang-real-paths.md section 2.4: ps 4, L 23, D 4, pages 5 6 2 9 3 8."""
+    row = tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(23))
+    base: dict[str, Any] = {"page_size": 4, "length": 23, "decode_prefix": 4, "row": row, "chunk_ends": (10, 19, 23)}
+    return PrefillCase(**{**base, **kw})
+
+
+EXAMPLES = [
+    _spec_case(state_types=("SWA", "DSA", "MINIMAX_INDEX_K", "MINIMAX_DENSE_KV"), window=6),
+    _spec_case(chunk_ends=(17, 23), dcp_max_tokens=8),
+    _spec_case(chunk_ends=(18, 23), chunked_prefill_size=8),
+    _spec_case(chunk_ends=(23,), early_prefix=12, translate_offset=400),
+    _spec_case(chunk_ends=(23,), early_prefix=13),
+    _spec_case(chunk_ends=(22, 23), chunked_prefill_size=8, early_prefix=20),
+    PrefillCase(4, 20, 20, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(20)), (20,), state_types=("DSA",)),
+]
+
+
+def _wire_pair() -> PDPair:
+    """sglang-real-paths.md section 4.1: decode pages 5 2 9 (ps 4, L 10, D 0)."""
+    return PDPair(PagedRow((7, 1, 3), 10, 4, 0), PagedRow((5, 2, 9), 10, 4, 0), [10])
+
+
+def examples_of(fn: Any) -> Any:
+    for case in EXAMPLES:
+        fn = example(case=case)(fn)
+    return fn
+
+
+def run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:
+    mode = "staging" if case.grid else "dcp" if case.dcp_max_tokens else "plain"
+    note_event(f"mode: {mode}")
+    if case.decode_prefix == case.length:
+        note_event("full decode hit (D == L)")
+    if case.early_prefix is not None:
+        note_event("early cached-prefix send")
+    if case.translate_offset is not None:
+        note_event("translated (int64) indices")
+    trace: PrefillTrace = target.require("prefill_exchange")(case, device)
+    note_event(f"transfers: {min(len(trace.transfers), 5)}{'+' if len(trace.transfers) > 5 else ''}")
+    return trace
+
+
+def _show(transfers: list[Transfer]) -> str:
+    return "; ".join(
+        f"{list(t.pages)} -> dst[{t.start}:{t.stop}]{' last' if t.is_last else ''}"
+        f"{f' aux={t.aux_index}' if t.aux_index is not None else ''}{' +state' if t.state is not None else ''}"
+        for t in transfers
+    )
+
+
+@examples_of
+@prop("S9", "the sender is initialised with ceil((L - D) / page_size) pages", needs=NEEDS, case=prefill_cases())
+def test_s9_sender_count(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    assert trace.num_pages == oracle.page_count(case), (
+        f"sender.init({trace.num_pages}), expected {oracle.page_count(case)}"
+    )
+
+
+@examples_of
+@prop(
+    "S10",
+    "the transfers, concatenated (every chunk, segment and early send), are the pages of [D, L)",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s10_concatenation(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    sent = [p for t in trace.transfers for p in t.pages]
+    assert sent == oracle.main_pages(case), f"sent {sent}, expected {oracle.main_pages(case)}: {_show(trace.transfers)}"
+
+
+@examples_of
+@prop(
+    "S11",
+    "each transfer lands at dst[curr : curr + n], contiguous from 0 to the sender's page count",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s11_destination_slices(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    curr = 0
+    for t in trace.transfers:
+        assert (t.start, t.stop) == (curr, curr + len(t.pages)), (
+            f"slice [{t.start}:{t.stop}] after {curr}: {_show(trace.transfers)}"
+        )
+        curr = t.stop
+    assert curr == trace.num_pages, (
+        f"slices end at {curr}, the sender holds {trace.num_pages}: {_show(trace.transfers)}"
+    )
+
+
+@examples_of
+@prop(
+    "S12",
+    "non-final sends end on a page boundary (staging: on the grid D + k*grid; DCP: at most the pack limit); "
+    "start_send_idx starts at D, never decreases and ends at L; the tokens sent are exactly [D, L)",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s12_boundaries(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    idx = trace.start_send_idx
+    assert idx[0] == case.decode_prefix, f"start_send_idx starts at {idx[0]}, expected D={case.decode_prefix}"
+    assert idx == sorted(idx), f"start_send_idx went back: {idx}"
+    assert idx[-1] == case.length, f"start_send_idx ends at {idx[-1]}, expected L={case.length}"
+    counts = [t.num_kv_tokens for t in trace.transfers]
+    assert all(c is not None for c in counts), "a transfer without num_kv_tokens"
+    assert sum(c or 0 for c in counts) == case.length - case.decode_prefix, f"tokens sent per transfer {counts}"
+    allowed = oracle.grid_boundaries(case)
+    end = case.decode_prefix
+    for t in trace.transfers[:-1]:
+        end += t.num_kv_tokens or 0
+        assert end in allowed, (
+            f"a non-final send ends at token {end}, not on an allowed boundary: {_show(trace.transfers)}"
+        )
+    limit = case.dcp_max_tokens if case.grid is None else case.grid
+    if limit is not None:
+        assert all((c or 0) <= limit for c in counts), f"a send of {max(c or 0 for c in counts)} tokens > {limit}"
+
+
+@examples_of
+@prop(
+    "S13",
+    "exactly one transfer is flagged last, the final one, and only it carries aux and state "
+    "(a zero-page last transfer included); the metadata buffer is set once",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s13_one_last(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    assert trace.transfers, "nothing was sent: the last chunk must be sent, with zero pages if need be"
+    last = [i for i, t in enumerate(trace.transfers) if t.is_last]
+    assert last == [len(trace.transfers) - 1], f"last flags at {last}: {_show(trace.transfers)}"
+    final = trace.transfers[-1]
+    assert final.aux_index == case.aux_index, f"final transfer aux={final.aux_index}, expected {case.aux_index}"
+    assert final.state is not None, "the final transfer carries no state list"
+    early = [i for i, t in enumerate(trace.transfers[:-1]) if t.aux_index is not None or t.state is not None]
+    assert not early, f"aux or state on a non-final transfer {early}: {_show(trace.transfers)}"
+    assert trace.metadata_sets == 1, (
+        f"the metadata buffer was set {trace.metadata_sets} times (once, by the last chunk)"
+    )
+
+
+@examples_of
+@prop(
+    "S14",
+    "page lists keep the index dtype: int32 as allocated, int64 once translated to physical ids",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s14_dtype(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    dtypes = {t.dtype for t in trace.transfers}
+    assert dtypes <= {case.index_dtype}, f"transfer dtypes {dtypes}, expected {case.index_dtype}"
+
+
+def _state(target: Target, case: PrefillCase, device: str, kinds: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    trace = run(target, case, device)
+    assert trace.transfers and trace.transfers[-1].state is not None, "no state on the final transfer"
+    got = trace.transfers[-1].state
+    assert len(got) == len(case.state_types), f"{len(got)} state lists for {len(case.state_types)} state types"
+    expected = oracle.state_lists(case)
+    out = {}
+    for kind, have, want in zip(case.state_types, got, expected, strict=True):
+        if kind in kinds:
+            note_event(f"state {kind}")
+            assert list(have) == want, f"{kind} state list {list(have)}, expected {want} (D={case.decode_prefix})"
+            out[kind] = have
+    return out
+
+
+@examples_of
+@prop(
+    "P15",
+    "SWA / BLOCK_SCALE_SWA state: the pages of [floor(max(D, L - W) / ps) * ps, L), never before D",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_p15_swa_window(target: Target, device: str, case: PrefillCase) -> None:
+    _state(target, case, device, ("SWA", "BLOCK_SCALE_SWA"))
+    assert oracle.window_start(case) >= case.decode_prefix
+
+
+@examples_of
+@prop(
+    "P16",
+    "DSA and MINIMAX_INDEX_K state: the suffix pages of [D, L), positionally paired with decode's",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_p16_suffix_state(target: Target, device: str, case: PrefillCase) -> None:
+    _state(target, case, device, ("DSA", "MINIMAX_INDEX_K"))
+
+
+@examples_of
+@prop(
+    "P17",
+    "QSA_COMPRESSED / MINIMAX_DENSE_KV / BLOCK_SCALE state: every page of [0, L), the prefix included",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_p17_full_state(target: Target, device: str, case: PrefillCase) -> None:
+    _state(target, case, device, ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"))
+
+
+@examples_of
+@prop(
+    "P18",
+    "every state list in the pool's order, one per state type (SWA ring rows, request row included)",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_p18_all_state(target: Target, device: str, case: PrefillCase) -> None:
+    _state(target, case, device, tuple(case.state_types))
+
+
+@example(pair=_wire_pair(), state=[[9], []], aux=42)
+@prop(
+    "W1",
+    "decode's page list, aux index, state lists and prefix survive the metadata wire (int32 frames)",
+    needs=("decode_page_indices", "wire_roundtrip"),
+    pair=pd_pairs(max_length=256),
+    state=state_lists(),
+    aux=st.integers(0, 2**31 - 1),
+)
+def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int]], aux: int) -> None:
+    width = pair.length + pair.page_size
+    table = build_req_to_token([pair.decode.locations], width, device=device)
+    pages = target.require("decode_page_indices")(table, 0, pair.prefix_len, pair.length, pair.page_size)
+    got: WireMessage = target.require("wire_roundtrip")(pages, aux, state, pair.prefix_len)
+    if not len(pages):
+        note_event("empty page list (full decode hit)")
+    sent = [int(p) for p in np.asarray(pages)]
+    assert not got.is_dummy, "a real destination was read as a dummy rank"
+    assert list(got.pages) == sent and got.dtype == "int32", (
+        f"pages {sent} came back as {list(got.pages)} ({got.dtype})"
+    )
+    assert got.aux_index == aux, f"aux {aux} came back as {got.aux_index}"
+    assert [list(s) for s in got.state] == state, f"state {state} came back as {[list(s) for s in got.state]}"
+    assert got.decode_prefix_len == pair.prefix_len, (
+        f"decode_prefix_len {pair.prefix_len} came back as {got.decode_prefix_len}"
+    )
