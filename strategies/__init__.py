@@ -4,7 +4,7 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
-from strategies.exchange import prefill_cases, state_lists
+from strategies.exchange import decode_cases, prefill_cases, state_lists
 from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
@@ -23,6 +23,7 @@ __all__ = [
     "RequestField",
     "batches",
     "chunk_schedules",
+    "decode_cases",
     "index_dtypes",
     "page_sizes",
     "paged_rows",

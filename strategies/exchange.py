@@ -1,11 +1,11 @@
-"""Strategies for one request's prefill transfer at scheduler level: ``prefill_cases``, and ``state_lists``
-for the metadata wire."""
+"""Strategies for one request at scheduler level: ``prefill_cases`` (prefill's sends), ``decode_cases``
+(decode's pre-allocation) and ``state_lists`` (the metadata wire)."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import STATE_TYPES, PrefillCase
+from pdverify.model.exchange import STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
 from strategies._seeded import distinct_sample
 from strategies._validate import check_int
@@ -64,3 +64,47 @@ def state_lists(*, max_lists: int = 4, max_size: int = 16) -> st.SearchStrategy[
     check_int("max_lists", max_lists)
     check_int("max_size", max_size)
     return st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=max_size), max_size=max_lists)
+
+
+def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[DecodeCase]:
+    """A request admitted on decode: a page size, a prompt of ``1..max_length`` tokens and 0..3 output tokens;
+    the decode radix cache off (no prefix) or on with a device (L1) prefix and a decode prefix ``D >= L1`` (both
+    page-aligned, ``D`` up to ``L``) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
+    request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the
+    allocator's free pages in a fragmented order; any subset of the page-strided state types."""
+    check_int("max_length", max_length, minimum=1)
+    check_int("max_page_size", max_page_size, minimum=1)
+    return _decode_cases(max_length=max_length, max_page_size=max_page_size)
+
+
+@st.composite
+def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> DecodeCase:
+    ps = draw(page_sizes(max_size=max_page_size))
+    n = draw(st.integers(1, max_length))
+    outputs = draw(st.integers(0, 3))
+    fill = n + max(outputs - 1, 0)
+    d = l1 = 0
+    if draw(st.booleans()):  # decode radix cache (and HiCache) on
+        d = draw(st.integers(0, n // ps)) * ps
+        l1 = draw(st.integers(0, d // ps)) * ps
+    needed = l1 // ps + pages_needed(fill, ps) + 8
+    pages = distinct_sample(draw, 1, needed + 32, needed)
+    width = fill + ps
+    stale = [0] * width
+    if draw(st.booleans()):  # a reused row: an earlier request's ids are still there
+        old = distinct_sample(draw, 1, needed + 32, pages_needed(width, ps))
+        stale = token_locations(old, width, ps)
+    window = draw(st.integers(1, 40))
+    return DecodeCase(
+        page_size=ps,
+        length=n,
+        output_len=outputs,
+        l1_row=tuple(token_locations(pages[: l1 // ps], l1, ps)),
+        decode_prefix=d,
+        stale_row=tuple(stale),
+        free_pages=tuple(pages[l1 // ps :]),
+        state_types=tuple(draw(st.lists(st.sampled_from(STATE_TYPES), unique=True, max_size=4))),
+        window=window,
+        ring_size=window + draw(st.integers(0, 8)),
+        aux_index=draw(st.integers(0, 2**31 - 1)),
+    )

@@ -57,6 +57,7 @@ KILLERS: dict[str, list[str]] = {
     "P17": ["XS06", "XS07"],
     "P18": ["XS08", "XS09", "XS10"],
     "W1": ["XW01", "XW02", "XW03", "DP01"],
+    "D1": ["XD01", "XD02", "XD03"],
 }
 
 

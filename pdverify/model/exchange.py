@@ -147,3 +147,70 @@ class WireMessage:
     state: tuple[tuple[int, ...], ...]
     decode_prefix_len: int | None
     is_dummy: bool
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    """One request admitted on decode (``DecodePreallocQueue.pop_preallocated``).
+
+    With the decode radix cache on, ``l1_prefix`` tokens are on the device (their locations ``l1_row``) and
+    ``decode_prefix`` (``D``, sent to prefill) adds a HiCache host hit whose restore is still pending; with it
+    off both are 0. ``stale_row`` holds what the request-to-token row held from an earlier request (SGLang never
+    clears a freed row); ``free_pages`` is the order the allocator hands pages out in.
+    """
+
+    page_size: int
+    length: int
+    output_len: int
+    l1_row: tuple[int, ...]
+    decode_prefix: int
+    stale_row: tuple[int, ...]
+    free_pages: tuple[int, ...]
+    state_types: tuple[str, ...] = ()
+    window: int = 4
+    ring_size: int = 8
+    aux_index: int = 100
+
+    def __post_init__(self) -> None:
+        require_page_size(self.page_size)
+        require_int("length", self.length, minimum=1)
+        require_int("output_len", self.output_len, minimum=0)
+        l1 = len(self.l1_row)
+        if l1 % self.page_size or self.decode_prefix % self.page_size:
+            raise ValueError(f"l1 prefix {l1} and decode_prefix={self.decode_prefix} must be page-aligned")
+        if not l1 <= self.decode_prefix <= self.length:
+            raise ValueError(f"need l1 prefix {l1} <= decode_prefix={self.decode_prefix} <= length={self.length}")
+        if len(self.stale_row) < self.fill_len + self.page_size:
+            raise ValueError(f"stale_row must cover fill_len + page_size = {self.fill_len + self.page_size} slots")
+        if 0 in self.free_pages or len(set(self.free_pages)) != len(self.free_pages):
+            raise ValueError("free_pages must be distinct pages >= 1")
+        unknown = set(self.state_types) - set(STATE_TYPES)
+        if unknown:
+            raise ValueError(f"unknown state types {sorted(unknown)}")
+        if self.ring_size < self.window:
+            raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+
+    @property
+    def l1_prefix(self) -> int:
+        return len(self.l1_row)
+
+    @property
+    def fill_len(self) -> int:
+        """The KV decode holds: the prompt plus the output tokens but the last."""
+        return self.length + max(self.output_len - 1, 0)
+
+
+@dataclass
+class DecodeTrace:
+    """What decode registered for one request and sent to prefill (``send_metadata``)."""
+
+    pages: tuple[int, ...]
+    dtype: str
+    decode_prefix_len: int | None
+    aux_index: int | None
+    state: tuple[tuple[int, ...], ...]
+    allocated: tuple[int, ...]
+    """The token locations pre-allocation gave the request for ``[D, fill_len)``."""
+    restore: tuple[int, ...] = ()
+    """Token locations reserved at pre-allocation for ``[L1, D)``, the prefix a HiCache restore loads later
+    (SGLang 0.5.23 reserves none: those slots keep whatever the row held)."""

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMessage
+from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, Transfer, WireMessage
 from pdverify.mutants.catalogue import mutant
+from pdverify.production import decode_prealloc as decode_port
 from pdverify.production import prefill_sender as port
 from pdverify.production import wire
 from pdverify.production.page_index import PageIndices, kv_to_page_indices
@@ -280,3 +281,30 @@ def wire_no_prefix(pages: npt.NDArray[np.integer], aux: int, state: list[list[in
 @mutant("XW03", "wire_roundtrip", "dropped element", "empty state lists dropped when packed")
 def wire_drop_empty_state(pages: npt.NDArray[np.integer], aux: int, state: list[list[int]], prefix: int) -> WireMessage:
     return wire.parse_frames(wire.build_frames(pages, aux, [s for s in state if s], prefix))
+
+
+# --- decode pre-allocation ----------------------------------------------------------------------------
+
+
+@mutant("XD01", "decode_prealloc", "missing reservation", "no destination reserved for the pending restore (0.5.23)")
+def no_restore_reservation(case: DecodeCase, device: str) -> DecodeTrace:
+    with mock.patch.object(decode_port, "reserve_restore", lambda c, table, free: []):
+        return decode_port.decode_prealloc(case, device)
+
+
+@mutant("XD02", "decode_prealloc", "wrong origin", "main destination list from the L1 prefix instead of D")
+def main_from_l1(case: DecodeCase, device: str) -> DecodeTrace:
+    trace = decode_port.decode_prealloc(case, device)
+    ps = case.page_size
+    prefix_pages = tuple(case.l1_row[i] // ps for i in range(0, case.l1_prefix, ps))
+    return replace(trace, pages=prefix_pages + trace.pages)
+
+
+@mutant("XD03", "decode_prealloc", "wrong origin", "decode's DSA list from 0 instead of D")
+def decode_dsa_from_zero(case: DecodeCase, device: str) -> DecodeTrace:
+    from pdverify.production.page_index import suffix_page_indices
+
+    with mock.patch.object(
+        decode_port, "suffix_page_indices", lambda t, r, d, n, ps: suffix_page_indices(t, r, 0, n, ps)
+    ):
+        return decode_port.decode_prealloc(case, device)

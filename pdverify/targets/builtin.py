@@ -9,7 +9,7 @@ from typing import Any
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
-from pdverify.production import fast, page_index, prebuilt, prefill_sender, transfer, wire
+from pdverify.production import decode_prealloc, fast, page_index, prebuilt, prefill_sender, transfer, wire
 from pdverify.targets.protocol import Target, TargetError
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
@@ -28,6 +28,7 @@ def pdverify_target() -> Target:
         decode_page_indices=transfer.decode_page_indices,
         prepare_for_prebuilt=prebuilt.prepare_for_prebuilt,
         prefill_exchange=prefill_sender.prefill_exchange,
+        decode_prealloc=decode_prealloc.decode_prealloc,
         wire_roundtrip=wire.wire_roundtrip,
         layout="sglang-0.5.23",
         sampling_info_path=_PDV_SAMPLING,
@@ -45,6 +46,7 @@ def legacy_target() -> Target:
         decode_page_indices=legacy_transfer.decode_page_indices,
         prepare_for_prebuilt=legacy_prebuilt.prepare_for_prebuilt,
         prefill_exchange=None,
+        decode_prealloc=None,
         wire_roundtrip=None,
         layout="sglang-pr35070",
     )
@@ -91,6 +93,7 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
             f"target 'sglang': cannot import {exc.name or 'sglang'} ({exc}); install the conformance "
             "environment with ci/build-sglang-env.sh"
         ) from exc
+    from pdverify.targets.sglang_decode import sglang_decode_prealloc
     from pdverify.targets.sglang_prefill import sglang_prefill_exchange
     from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
@@ -116,6 +119,7 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
         decode_page_indices=decode_page_indices,
         prepare_for_prebuilt=Mixin.prepare_for_prebuilt,
         prefill_exchange=sglang_prefill_exchange,
+        decode_prealloc=sglang_decode_prealloc,
         wire_roundtrip=sglang_wire_roundtrip,
         layout="sglang-0.5.23",
         sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch",

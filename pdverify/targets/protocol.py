@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from pdverify.model.exchange import PrefillCase, PrefillTrace, WireMessage
+from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
 from pdverify.production.page_index import PageIndices
 from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
 
@@ -71,6 +71,12 @@ class PrefillExchange(Protocol):
     def __call__(self, case: PrefillCase, device: str, /) -> PrefillTrace: ...
 
 
+class DecodePrealloc(Protocol):
+    """Decode's pre-allocation of one request: its destination lists and the metadata it sends."""
+
+    def __call__(self, case: DecodeCase, device: str, /) -> DecodeTrace: ...
+
+
 class WireRoundtrip(Protocol):
     """Decode's metadata frames, built and parsed back on the prefill side."""
 
@@ -92,6 +98,7 @@ FUNCTIONS: tuple[str, ...] = (
     "decode_page_indices",
     "prepare_for_prebuilt",
     "prefill_exchange",
+    "decode_prealloc",
     "wire_roundtrip",
 )
 """Every function (unit) a target may supply, in report order."""
@@ -125,6 +132,7 @@ class Target:
     decode_page_indices: DecodePageIndices | None = None
     prepare_for_prebuilt: PrebuiltFn | None = None
     prefill_exchange: PrefillExchange | None = None
+    decode_prealloc: DecodePrealloc | None = None
     wire_roundtrip: WireRoundtrip | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None

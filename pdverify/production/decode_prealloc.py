@@ -1,0 +1,89 @@
+"""Decode pre-allocation for one request (``DecodePreallocQueue.pop_preallocated`` / ``_pre_alloc``), as
+pdverify models its contract.
+
+Follows sglang 0.5.23 - the L1 prefix written to ``[0, L1)``, fresh pages for ``[D, fill_len)`` taken in the
+allocator's free order and written from ``D``, the main destination list ``kv_to_page_indices(row[D:L])`` cast to
+int32, the state payloads (SWA window from ``max(D, L - W)``, DSA and MiniMax index-K from ``D``, the full lists
+from 0, ring and request row) - with one difference: the slots ``[L1, D)`` that a HiCache restore fills later
+get their destination pages reserved here, before the lists are built. 0.5.23 leaves those slots as the row
+held them (0 on a fresh row, an earlier request's ids on a reused one), and its full-from-0 lists then name page
+0 or a stale page for them (finding F1, ``findings/sglang-0.5.23.json``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.layout import token_locations
+from pdverify.production.page_index import (
+    PageIndices,
+    kv_to_page_indices,
+    minimax_index_transfer_pages,
+    suffix_page_indices,
+)
+
+REQ_POOL_IDX = 1
+"""The row a fresh ``DecodeReqToTokenPool`` hands out first (row 0 is padding)."""
+
+
+def _take(free: list[int], tokens: int, page_size: int) -> list[int]:
+    count = -(-tokens // page_size)
+    if count > len(free):
+        raise ValueError(f"{count} pages needed, {len(free)} free")
+    pages, free[:] = free[:count], free[count:]
+    return pages
+
+
+def state_lists(case: DecodeCase, table: torch.Tensor) -> list[PageIndices]:
+    ps, d, n, row = case.page_size, case.decode_prefix, case.length, table[REQ_POOL_IDX]
+    out: list[PageIndices] = []
+    for kind in case.state_types:
+        if kind in ("SWA", "BLOCK_SCALE_SWA"):
+            start = max(d, n - case.window) // ps * ps
+            out.append(kv_to_page_indices(row[start:n], ps))
+        elif kind in ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"):
+            out.append(kv_to_page_indices(row[:n], ps))
+        elif kind == "MINIMAX_INDEX_K":
+            out.append(minimax_index_transfer_pages(row[:n], page_size=ps, prefix_len=d))
+        elif kind == "DSA":
+            out.append(suffix_page_indices(table, REQ_POOL_IDX, d, n, ps))
+        elif kind == "SWA_RING":
+            positions = np.arange(max(0, n - case.window), n, dtype=np.int64)
+            out.append((REQ_POOL_IDX * case.ring_size + positions % case.ring_size).astype(np.int32))
+        else:  # REQUEST_ROW
+            out.append(np.array([REQ_POOL_IDX], dtype=np.int32))
+    return out
+
+
+def reserve_restore(case: DecodeCase, table: torch.Tensor, free: list[int]) -> list[int]:
+    """Destination slots for the pending restore of ``[L1, D)``, written to the row."""
+    ps, l1, d = case.page_size, case.l1_prefix, case.decode_prefix
+    locations = token_locations(_take(free, d - l1, ps), d - l1, ps)
+    if locations:
+        table[REQ_POOL_IDX, l1:d] = torch.tensor(locations, dtype=torch.int32, device=table.device)
+    return locations
+
+
+def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
+    ps, d, n, fill = case.page_size, case.decode_prefix, case.length, case.fill_len
+    stale = torch.tensor(case.stale_row, dtype=torch.int32, device=device)
+    table = torch.stack([stale, stale.clone()])
+    if case.l1_prefix:
+        table[REQ_POOL_IDX, : case.l1_prefix] = torch.tensor(case.l1_row, dtype=torch.int32, device=device)
+    free = list(case.free_pages)
+    allocated = token_locations(_take(free, fill - d, ps), fill - d, ps)
+    if allocated:
+        table[REQ_POOL_IDX, d:fill] = torch.tensor(allocated, dtype=torch.int32, device=device)
+    restore = reserve_restore(case, table, free)
+    pages = kv_to_page_indices(table[REQ_POOL_IDX, d:n], ps).astype(np.int32)
+    return DecodeTrace(
+        pages=tuple(int(p) for p in pages),
+        dtype=str(pages.dtype),
+        decode_prefix_len=d,
+        aux_index=case.aux_index,
+        state=tuple(tuple(int(v) for v in s) for s in state_lists(case, table)),
+        allocated=tuple(allocated),
+        restore=tuple(restore),
+    )

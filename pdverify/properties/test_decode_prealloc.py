@@ -1,0 +1,103 @@
+"""Decode pre-allocation (``pop_preallocated``): every destination decode registers is a page the request holds.
+
+D1 walks each page-strided list decode sends to prefill - the main KV list and the SWA, DSA, MiniMax index-K and
+full-from-0 state lists - and checks, position by position, that it names the page the request holds for that
+logical page on decode: its L1 prefix pages, the pages reserved for a pending HiCache restore, or the pages
+pre-allocation gave it. Never page 0 (the padding page) and never an id left in a reused row by an earlier
+request: prefill writes KV or state into whatever page the list names.
+"""
+
+from __future__ import annotations
+
+from hypothesis import example
+
+from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.properties.registry import note_event, prop
+from pdverify.targets import Target
+from strategies import decode_cases
+
+NEEDS = ("decode_prealloc",)
+PAGED_STATE = {
+    "SWA": "window",
+    "BLOCK_SCALE_SWA": "window",
+    "DSA": "prefix",
+    "MINIMAX_INDEX_K": "prefix",
+    "QSA_COMPRESSED": "zero",
+    "MINIMAX_DENSE_KV": "zero",
+    "BLOCK_SCALE": "zero",
+}
+
+
+def _case(l1_pages: list[int], d: int, stale: bool, state: tuple[str, ...]) -> DecodeCase:
+    """sglang-real-paths.md section 4.2: ps 4, L 23, one output, free pages 38 61 11 62 48 33 ..."""
+    ps = 4
+    l1 = tuple(p * ps + o for p in l1_pages for o in range(ps))
+    row = tuple((61 * ps + i % ps) if stale else 0 for i in range(27))
+    return DecodeCase(ps, 23, 1, l1, d, row, (38, 61, 11, 62, 48, 33, 50, 7, 45, 8), state_types=state, window=6)
+
+
+EXAMPLES = [
+    _case([], 0, False, ("QSA_COMPRESSED", "DSA", "SWA")),
+    _case([40, 41], 8, False, ("QSA_COMPRESSED", "MINIMAX_INDEX_K")),
+    _case([40], 8, False, ("QSA_COMPRESSED",)),  # L1 4 + L2 host 4 -> D 8, restore pending
+    _case([40], 8, True, ("BLOCK_SCALE", "DSA")),  # the same on a reused row
+]
+
+
+def holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
+    """The physical page the request holds for each logical page of ``[0, L)`` on decode (None: none)."""
+    ps, l1, d = case.page_size, case.l1_prefix, case.decode_prefix
+    out: list[int | None] = []
+    for j in range(-(-case.length // ps)):
+        pos = j * ps
+        if pos < l1:
+            out.append(case.l1_row[pos] // ps)
+        elif pos < d:
+            k = pos - l1
+            out.append(trace.restore[k] // ps if k < len(trace.restore) else None)
+        else:
+            k = pos - d
+            out.append(trace.allocated[k] // ps if k < len(trace.allocated) else None)
+    return out
+
+
+@example(case=EXAMPLES[0])
+@example(case=EXAMPLES[1])
+@example(case=EXAMPLES[2])
+@example(case=EXAMPLES[3])
+@prop(
+    "D1",
+    "every page in decode's destination lists (main KV, SWA, DSA, MiniMax index-K, full-from-0 state) is the "
+    "page the request holds for that position: never page 0, never a stale id of a reused row",
+    needs=NEEDS,
+    case=decode_cases(),
+)
+def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase) -> None:
+    if case.decode_prefix > case.l1_prefix:
+        note_event("HiCache restore pending (D > L1)")
+    if any(case.stale_row):
+        note_event("reused row")
+    trace: DecodeTrace = target.require("decode_prealloc")(case, device)
+    held = holders(case, trace)
+    ps, d, n = case.page_size, case.decode_prefix, case.length
+    assert trace.dtype == "int32", f"decode's main list is {trace.dtype}, the wire carries int32"
+    assert trace.decode_prefix_len == d, f"decode sent decode_prefix_len={trace.decode_prefix_len}, D={d}"
+    assert trace.aux_index == case.aux_index, f"aux {trace.aux_index}, expected {case.aux_index}"
+    lists: list[tuple[str, int, tuple[int, ...]]] = [("main KV", d, trace.pages)]
+    assert len(trace.state) == len(case.state_types), f"{len(trace.state)} state lists for {case.state_types}"
+    for kind, values in zip(case.state_types, trace.state, strict=True):
+        origin = PAGED_STATE.get(kind)
+        if origin == "window":
+            lists.append((kind, max(d, n - case.window) // ps * ps, values))
+        elif origin == "prefix":
+            lists.append((kind, d, values))
+        elif origin == "zero":
+            lists.append((kind, 0, values))
+    for name, start, values in lists:
+        want = held[start // ps :]
+        got = list(values)
+        bad = [(start // ps + i, g, w) for i, (g, w) in enumerate(zip(got, want, strict=False)) if w is None or g != w]
+        assert len(got) == len(want) and not bad, (
+            f"{name} list {got} from position {start}: logical page, sent, held = {bad} "
+            f"(held for [0, L): {held}; L1={case.l1_prefix}, D={d}, L={n}; page 0 is padding)"
+        )
