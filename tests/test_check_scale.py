@@ -152,3 +152,32 @@ def test_the_chosen_profile_runs_whatever_was_imported_first(tmp_path: Path) -> 
     report_path = tmp_path / "t.json"
     assert main(["check", "--device", "cpu", "--profile", "thorough", "-k", "p5_", "--report", str(report_path)]) == 0
     assert json.loads(report_path.read_text())["properties"][0]["examples"] >= 1000
+
+
+def test_plain_table_without_rich_wraps_and_folds() -> None:
+    from pdverify.cli.render import _plain_table
+
+    rows = [_result("P19", LONG, "cpu", "passed"), _result("P20", "counts", "cpu", "failed")]
+    text = _plain_table(rows, ["cuda: 2 properties skipped (CUDA not available)"])
+    lines = text.splitlines()
+    assert lines[0].split()[:2] == ["property", "title"]
+    assert any(line.strip().startswith("concatenated") or "concatenated" in line.split() for line in lines[1:3])
+    for word in LONG.split():
+        assert any(word in line.split() for line in lines), word
+    assert lines[-1] == "cuda: 2 properties skipped (CUDA not available)"
+
+
+def test_progress_draws_on_a_terminal_stream() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    progress = Progress(stream=stream, total=2)
+    assert progress.active
+    with progress:
+        progress.start("test_p19")
+        for n in range(1, 50):
+            progress.example(n)
+        progress.finish()
+    assert "running test_p19" in stream.getvalue()

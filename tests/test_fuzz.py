@@ -49,22 +49,28 @@ def test_fuzz_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--minutes" in capsys.readouterr().out
 
 
-def test_a_failure_found_by_the_campaign_is_replayed_by_check(tmp_path: Path) -> None:
-    env = {**os.environ, "PDVERIFY_DB_DIR": str(tmp_path / "db"), "CI": ""}
+def test_a_failure_found_by_the_campaign_is_replayed_by_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A planted fault no explicit example reaches: the campaign finds and stores it, check replays it first."""
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("PDVERIFY_DB_DIR", str(tmp_path / "db"))
+    monkeypatch.setenv("CI", "true")  # the campaign must not inherit Hypothesis's derandomized ci profile
     target = "tests.user_targets:rare_fault"
-    fuzz = subprocess.run(
-        [sys.executable, "-m", "pdverify.cli.main", "fuzz", "--target", target, "--minutes", "0.75", "--workers",
-         "1", "-k", "p1_", "--sample", "15", "--json", str(tmp_path / "campaign.json")],
-        env=env, capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parent.parent,
-    )  # fmt: skip
-    assert fuzz.returncode == exitcodes.FAILED, fuzz.stdout + fuzz.stderr
+    code = main(["fuzz", "--target", target, "--minutes", "0.75", "--workers", "1", "-k", "p1_", "--sample", "15",
+                 "--json", str(tmp_path / "campaign.json")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == exitcodes.FAILED, out
+    assert "failure in P1: replay it with" in out
     campaign = json.loads((tmp_path / "campaign.json").read_text())
     (p1,) = [p for p in campaign["properties"] if p["id"] == "P1"]
     assert p1["failures"] >= 1 and p1["examples"] > 0 and campaign["timeline"]
+    env = {**os.environ, "PDVERIFY_DB_DIR": str(tmp_path / "db")}
     check = subprocess.run(
         [sys.executable, "-m", "pdverify.cli.main", "check", "--target", target, "--profile", "thorough", "--device",
          "cpu", "-k", "p1_", "--report", str(tmp_path / "replay.json")],
-        env=env, capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parent.parent,
+        env=env, capture_output=True, text=True, timeout=240, cwd=root,
     )  # fmt: skip
     assert check.returncode == exitcodes.FAILED, check.stdout
     (replay,) = json.loads((tmp_path / "replay.json").read_text())["properties"]

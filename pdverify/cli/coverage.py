@@ -33,6 +33,7 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "pdverify.production.prefill_sender:grid_segments",
         "pdverify.production.wire:build_frames",
         "pdverify.production.wire:parse_frames",
+        "pdverify.production.decode_prealloc:decode_prealloc",
     ],
     "sglang": [
         "sglang.srt.disaggregation.decode_schedule_batch_mixin:ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt",
@@ -62,6 +63,18 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "sglang.srt.disaggregation.common.utils:unpack_int_lists",
         "sglang.srt.disaggregation.common.utils:pack_list_of_buffers",
         "sglang.srt.disaggregation.common.utils:unpack_list_of_buffers",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue.pop_preallocated",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._pre_alloc",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._pre_alloc_fill_len",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._rebootstrap_prefill_len",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._required_alloc_tokens",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._required_admission_tokens",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._prealloc_reservation_fits",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._send_kv_metadata",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._transfer_page_indices",
+        "sglang.srt.disaggregation.decode:alloc_for_decode_prealloc",
+        "sglang.srt.disaggregation.decode_hicache_mixin:DecodeHiCachePreallocMixin._start_hicache_prefetch",
+        "sglang.srt.disaggregation.decode_hicache_mixin:DecodeHiCachePreallocMixin._hicache_pending_restore_tokens",
     ],
 }
 

@@ -18,6 +18,7 @@ not installed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -122,8 +123,10 @@ def run_fuzz(
     keyword: str | None,
     sample: float,
     json_path: Path | None,
-    echo: Any = print,
+    echo: Any = None,
 ) -> int:
+    """Run the campaign and print its figures; ``echo`` (default: ``print``, flushed) receives every line."""
+    echo = echo or functools.partial(print, flush=True)
     try:
         import hypofuzz  # noqa: F401
     except ImportError:

@@ -13,7 +13,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import IO, Any
 
 from pdverify.cli.report import PropertyResult
@@ -174,9 +174,6 @@ class Progress:
         if force or now - self._last > 0.1:
             self._last = now
             self._live.update(self.line())
-
-
-ProgressHook = Callable[[int], None]
 
 
 def render_list(properties: Sequence[Any], *, colour: bool, width: int = 140) -> str:

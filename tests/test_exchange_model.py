@@ -1,0 +1,59 @@
+"""The scheduler-level cases reject inputs outside their contract with an error naming the argument."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from pdverify.model.exchange import DecodeCase, PrefillCase
+
+ROW = tuple(5 * 4 + i for i in range(4)) + tuple(2 * 4 + i for i in range(4))
+
+
+def prefill(**kw: Any) -> PrefillCase:
+    base: dict[str, Any] = {"page_size": 4, "length": 8, "decode_prefix": 4, "row": ROW, "chunk_ends": (8,)}
+    return PrefillCase(**{**base, **kw})
+
+
+def decode(**kw: Any) -> DecodeCase:
+    base: dict[str, Any] = {"page_size": 4, "length": 8, "output_len": 1, "l1_row": (), "decode_prefix": 0,
+                            "stale_row": (0,) * 12, "free_pages": (1, 2, 3)}  # fmt: skip
+    return DecodeCase(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("make", "kw", "message"),
+    [
+        (prefill, {"decode_prefix": 2}, "decode_prefix=2 must be page-aligned"),
+        (prefill, {"decode_prefix": 12}, "decode_prefix=12 must be page-aligned and <= length"),
+        (prefill, {"row": ROW[:5]}, "row has 5 locations"),
+        (prefill, {"chunk_ends": (6,)}, "chunk_ends=(6,) must be non-decreasing and end at length"),
+        (prefill, {"chunk_ends": (8, 4)}, "chunk_ends"),
+        (prefill, {"dcp_max_tokens": 6}, "dcp_max_tokens=6 must be a positive multiple of page_size"),
+        (prefill, {"chunked_prefill_size": 0}, "chunked_prefill_size"),
+        (prefill, {"early_prefix": 8}, "early_prefix=8 must be in [0, length - 1]"),
+        (prefill, {"translate_offset": 6}, "translate_offset=6 must be a non-negative multiple of page_size"),
+        (prefill, {"state_types": ("MAMBA",)}, "unknown state types ['MAMBA']"),
+        (prefill, {"window": 0}, "window"),
+        (prefill, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
+        (decode, {"length": 0}, "length"),
+        (decode, {"decode_prefix": 2}, "must be page-aligned"),
+        (decode, {"l1_row": (20, 21, 22, 23), "decode_prefix": 0}, "need l1 prefix 4 <= decode_prefix=0"),
+        (decode, {"stale_row": (0,) * 5}, "stale_row must cover fill_len + page_size = 12"),
+        (decode, {"free_pages": (0, 1)}, "free_pages must be distinct pages >= 1"),
+        (decode, {"state_types": ("MAMBA",)}, "unknown state types"),
+        (decode, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
+    ],
+)
+def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**kw)
+
+
+def test_in_contract_cases() -> None:
+    case = prefill(chunked_prefill_size=6, translate_offset=400)
+    assert case.grid == 4 and case.index_dtype == "int64" and prefill().grid is None
+    d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)
+    assert d.l1_prefix == 4 and d.fill_len == 8
