@@ -32,7 +32,7 @@ def example_database(environ: dict[str, str] | None = None) -> ExampleDatabase:
     local: ExampleDatabase = DirectoryBasedExampleDatabase(env.get("PDVERIFY_DB_DIR", ".hypothesis/examples"))
     if env.get("PDVERIFY_REDIS_DB"):
         from hypothesis.extra.redis import RedisExampleDatabase
-        from redis import Redis  # type: ignore[import-not-found]
+        from redis import Redis
 
         return RedisExampleDatabase(Redis.from_url(env["PDVERIFY_REDIS_DB"]))
     shared = env.get("PDVERIFY_GITHUB_DB", "")

@@ -42,7 +42,7 @@ class PropertyFuzz:
     fingerprints: int = 0
     examples: int = 0
     workers: dict[str, float] = field(default_factory=dict)
-    """worker uuid -> examples per second of that worker on this property."""
+    """HypoFuzz report stream (worker uuid) -> its examples per second on this property."""
     failures: int = 0
 
 
@@ -185,6 +185,13 @@ def run_fuzz(
         rates = " ".join(f"{v:.0f}" for v in r.workers.values())
         echo(f"{r.id:9} {r.behaviors:10} {r.fingerprints:12} {r.examples:9} {rates:>24} {r.failures}")
     failed = [r for r in rows if r.failures]
+    wall = time.monotonic() - t0
+    total = sum(r.examples for r in rows)
+    echo(
+        f"campaign: {len(rows)} properties, {total} examples in {wall:.0f}s: {total / wall:.1f} examples/s, "
+        f"{total / wall / workers:.1f} per worker; behaviours {sum(r.behaviors for r in rows)}, fingerprints "
+        f"{sum(r.fingerprints for r in rows)}, failures {sum(r.failures for r in rows)}"
+    )
     db_dir = os.environ.get("PDVERIFY_DB_DIR", ".hypothesis/examples")
     for r in failed:
         test = r.nodeid.split("::")[1].split("[")[0]
@@ -201,6 +208,8 @@ def run_fuzz(
                     "workers": workers,
                     "properties": [asdict(r) for r in rows],
                     "timeline": timeline,
+                    "wall_s": round(wall, 1),
+                    "examples_per_s_per_worker": round(total / wall / workers, 2),
                 },
                 indent=2,
             )
