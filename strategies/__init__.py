@@ -4,7 +4,7 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
-from strategies.exchange import decode_cases, prefill_cases, state_lists
+from strategies.exchange import decode_cases, pd_exchanges, prefill_cases, state_lists
 from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
@@ -27,6 +27,7 @@ __all__ = [
     "index_dtypes",
     "page_sizes",
     "paged_rows",
+    "pd_exchanges",
     "pd_pairs",
     "prefill_cases",
     "register_field",

@@ -108,3 +108,41 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
         ring_size=window + draw(st.integers(0, 8)),
         aux_index=draw(st.integers(0, 2**31 - 1)),
     )
+
+
+def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[tuple[PrefillCase, DecodeCase]]:
+    """One request seen from both sides: a ``DecodeCase`` (``decode_cases``) and the ``PrefillCase`` of the same
+    prompt - same page size, length, decode prefix ``D``, state types, window and ring - on prefill's own
+    fragmented pages, with its own chunk schedule, send mode, early send and translation."""
+    check_int("max_length", max_length, minimum=1)
+    return _pd_exchanges(max_length=max_length, max_page_size=max_page_size)
+
+
+@st.composite
+def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
+    dec = draw(_decode_cases(max_length=max_length, max_page_size=max_page_size))
+    ps, n = dec.page_size, dec.length
+    pre = draw(_prefill_cases(max_length=n, max_chunks=4, max_page_size=ps))
+    count = pages_needed(n, ps)
+    row = tuple(token_locations(distinct_sample(draw, 1, count + 64, count), n, ps))
+    ends = tuple(draw(chunk_schedules(n, max_chunks=4)))
+    early = pre.early_prefix if pre.early_prefix is not None and pre.early_prefix < n else None
+    return (
+        PrefillCase(
+            page_size=ps,
+            length=n,
+            decode_prefix=dec.decode_prefix,
+            row=row,
+            chunk_ends=ends,
+            req_pool_idx=pre.req_pool_idx,
+            dcp_max_tokens=pre.dcp_max_tokens if pre.dcp_max_tokens is None else max(1, pre.dcp_max_tokens // ps) * ps,
+            chunked_prefill_size=pre.chunked_prefill_size,
+            early_prefix=early,
+            translate_offset=None if pre.translate_offset is None else pre.translate_offset // pre.page_size * ps,
+            state_types=dec.state_types,
+            window=dec.window,
+            ring_size=dec.ring_size,
+            aux_index=dec.aux_index,
+        ),
+        dec,
+    )

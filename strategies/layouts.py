@@ -116,6 +116,9 @@ class PDPair:
     prefill: PagedRow
     decode: PagedRow
     chunk_ends: list[int]
+    dtype: torch.dtype = torch.int32
+    """The index dtype of both request-to-token tables: int32 as allocated, int64 as translated to physical
+    ids (unified memory)."""
 
     @property
     def page_size(self) -> int:
@@ -136,8 +139,8 @@ def pd_pairs(
     max_length: int = 1024,
     max_chunks: int = 8,
 ) -> st.SearchStrategy[PDPair]:
-    """A request's prefill row and decode row (independently fragmented), its decode prefix and a chunk
-    schedule for prefill."""
+    """A request's prefill row and decode row (independently fragmented), its decode prefix, a chunk schedule
+    for prefill and the index dtype of the tables (int32 or int64)."""
 
     return _pd_pairs(page_size=page_size, max_length=max_length, max_chunks=max_chunks)
 
@@ -155,7 +158,7 @@ def _pd_pairs(
     count = pages_needed(n, ps)
     pages = distinct_sample(draw, 1, count + 64, count)
     prefill = PagedRow(tuple(pages), n, ps, decode.prefix_len)
-    return PDPair(prefill, decode, draw(chunk_schedules(n, max_chunks=max_chunks)))
+    return PDPair(prefill, decode, draw(chunk_schedules(n, max_chunks=max_chunks)), draw(index_dtypes()))
 
 
 def token_index_lists(*, max_size: int = 512, max_value: int = 2**31 - 1) -> st.SearchStrategy[list[int]]:

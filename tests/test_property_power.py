@@ -58,6 +58,7 @@ KILLERS: dict[str, list[str]] = {
     "P18": ["XS08", "XS09", "XS10"],
     "W1": ["XW01", "XW02", "XW03", "DP01"],
     "D1": ["XD01", "XD02", "XD03"],
+    "P18p": ["XD02", "XS01", "XS06", "XK05"],
 }
 
 

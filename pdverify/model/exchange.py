@@ -211,6 +211,8 @@ class DecodeTrace:
     state: tuple[tuple[int, ...], ...]
     allocated: tuple[int, ...]
     """The token locations pre-allocation gave the request for ``[D, fill_len)``."""
+    row: tuple[int, ...] = ()
+    """The request's request-to-token row for ``[0, L)`` when the metadata was sent."""
     restore: tuple[int, ...] = ()
     """Token locations reserved at pre-allocation for ``[L1, D)``, the prefix a HiCache restore loads later
     (SGLang 0.5.23 reserves none: those slots keep whatever the row held)."""

@@ -85,5 +85,6 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
         aux_index=case.aux_index,
         state=tuple(tuple(int(v) for v in s) for s in state_lists(case, table)),
         allocated=tuple(allocated),
+        row=tuple(int(v) for v in table[REQ_POOL_IDX, :n].tolist()),
         restore=tuple(restore),
     )

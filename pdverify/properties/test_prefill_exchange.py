@@ -256,7 +256,7 @@ def test_p18_all_state(target: Target, device: str, case: PrefillCase) -> None:
 )
 def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int]], aux: int) -> None:
     width = pair.length + pair.page_size
-    table = build_req_to_token([pair.decode.locations], width, device=device)
+    table = build_req_to_token([pair.decode.locations], width, dtype=pair.dtype, device=device)
     pages = target.require("decode_page_indices")(table, 0, pair.prefix_len, pair.length, pair.page_size)
     got: WireMessage = target.require("wire_roundtrip")(pages, aux, state, pair.prefix_len)
     if not len(pages):

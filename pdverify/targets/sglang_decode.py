@@ -138,4 +138,5 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         aux_index=aux,
         state=tuple(_ints(s) for s in state),
         allocated=_ints(row[case.decode_prefix : case.fill_len]),
+        row=_ints(row[: case.length]),
     )

@@ -1,0 +1,66 @@
+"""P15-P18 across the two sides: each state list prefill sends with its last transfer pairs up with the list
+decode registered for the same state type - equal length, and at every position the same logical page of the
+request (prefill's page for it on prefill's row, decode's on decode's row). Also the main KV list: decode's
+destination list is as long as the sender's page count and covers the same logical pages from ``D``."""
+
+from __future__ import annotations
+
+from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace
+from pdverify.properties.registry import note_event, prop
+from pdverify.targets import Target
+from strategies import pd_exchanges
+
+NEEDS = ("prefill_exchange", "decode_prealloc")
+ORIGIN = {
+    "SWA": "window",
+    "BLOCK_SCALE_SWA": "window",
+    "DSA": "prefix",
+    "MINIMAX_INDEX_K": "prefix",
+    "QSA_COMPRESSED": "zero",
+    "MINIMAX_DENSE_KV": "zero",
+    "BLOCK_SCALE": "zero",
+}
+
+
+def _first_logical_page(kind: str, case: DecodeCase) -> int:
+    ps, d = case.page_size, case.decode_prefix
+    origin = ORIGIN[kind]
+    if origin == "window":
+        return max(d, case.length - case.window) // ps
+    return d // ps if origin == "prefix" else 0
+
+
+@prop(
+    "P18p",
+    "each page-strided state list pairs up across prefill and decode: equal length, the same logical page at "
+    "each position; decode's main list matches the sender's page count from D",
+    needs=NEEDS,
+    pair=pd_exchanges(),
+)
+def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[PrefillCase, DecodeCase]) -> None:
+    pre, dec = pair
+    sent: PrefillTrace = target.require("prefill_exchange")(pre, device)
+    got: DecodeTrace = target.require("decode_prealloc")(dec, device)
+    ps, n = dec.page_size, dec.length
+    assert len(got.pages) == sent.num_pages, f"decode registered {len(got.pages)} pages, prefill sends {sent.num_pages}"
+    assert sent.transfers and sent.transfers[-1].state is not None, "prefill's last transfer carries no state"
+    prefill_state, decode_state = sent.transfers[-1].state, got.state
+    assert len(prefill_state) == len(decode_state) == len(dec.state_types), (
+        f"{len(prefill_state)} prefill / {len(decode_state)} decode state lists for {dec.state_types}"
+    )
+    for kind, p_list, d_list in zip(dec.state_types, prefill_state, decode_state, strict=True):
+        if kind not in ORIGIN:
+            assert len(p_list) == len(d_list), f"{kind}: prefill {len(p_list)} entries, decode {len(d_list)}"
+            continue
+        note_event(f"paired {kind}")
+        assert len(p_list) == len(d_list), f"{kind}: prefill sends {len(p_list)} pages, decode registered {len(d_list)}"
+        first = _first_logical_page(kind, dec)
+        for i, (p_page, d_page) in enumerate(zip(p_list, d_list, strict=True)):
+            pos = (first + i) * ps
+            assert pos < n, f"{kind}: position {i} is logical page {first + i}, past L={n}"
+            assert p_page == pre.row[pos] // ps, (
+                f"{kind}[{i}]: prefill page {p_page} is not its logical page {first + i}"
+            )
+            assert d_page == got.row[pos] // ps, (
+                f"{kind}[{i}]: decode page {d_page} is not its logical page {first + i}"
+            )
