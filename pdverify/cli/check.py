@@ -243,7 +243,7 @@ def run_check(
 def _identify(r: PropertyResult) -> PropertyResult:
     """The property id and title of a result (a test that is not a declared property keeps its name)."""
     info = next((p for p in PROPERTIES.values() if p.name == r.test), None)
-    r.id, r.title = (info.id, info.title) if info else (r.test, "upstream regression test")
+    r.id, r.title = (info.id, info.title) if info else ("upstream", f"regression test {r.test}")
     return r
 
 
