@@ -22,7 +22,8 @@ def prefill_cases(
     schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
     ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (any prefix below ``L``:
     unaligned ones are skipped by the code), an int64 virtual-to-physical translation or none, any subset of
-    the page-strided state types, a sliding window and its ring, the request's row and its aux index."""
+    the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
+    its ring, the request's row and its aux index."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -52,6 +53,7 @@ def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_pag
         early_prefix=early,
         translate_offset=draw(st.none() | st.integers(1, 4096).map(lambda k: k * ps)),
         state_types=tuple(draw(st.lists(st.sampled_from(STATE_TYPES), unique=True, max_size=4))),
+        host_tensor_indices=draw(st.booleans()),
         window=window,
         ring_size=window + draw(st.integers(0, 8)),
         aux_index=draw(st.integers(0, 2**31 - 1)),
@@ -140,6 +142,7 @@ def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tu
             early_prefix=early,
             translate_offset=None if pre.translate_offset is None else pre.translate_offset // pre.page_size * ps,
             state_types=dec.state_types,
+            host_tensor_indices=pre.host_tensor_indices,
             window=dec.window,
             ring_size=dec.ring_size,
             aux_index=dec.aux_index,

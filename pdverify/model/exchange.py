@@ -53,6 +53,9 @@ class PrefillCase:
     """Unified memory: the transfer translates virtual token ids to physical ones (``+ offset``, int64);
     None: the identity (ids stay int32)."""
     state_types: tuple[str, ...] = ()
+    host_tensor_indices: bool = False
+    """The sender takes host torch tensors (Mooncake's ``supports_host_tensor_indices``): the page list is
+    strided on the device into a pinned host tensor behind a CUDA event instead of ``kv_to_page_indices``."""
     window: int = 4
     """The sliding window (SWA, BLOCK_SCALE_SWA, SWA_RING) in tokens."""
     ring_size: int = 8

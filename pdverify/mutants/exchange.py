@@ -250,6 +250,12 @@ def early_as_last(case: PrefillCase, device: str) -> PrefillTrace:
         return port.prefill_exchange(case, device)
 
 
+@mutant("XH01", "prefill_exchange", "wrong divisor", "host-tensor path strides but does not divide by page size")
+def host_tensor_not_divided(case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port, "host_tensor_pages", lambda kv, ps: kv[::ps].cpu()):
+        return port.prefill_exchange(case, device)
+
+
 @mutant("XT01", "prefill_exchange", "dropped translation", "virtual ids sent untranslated")
 def untranslated(case: PrefillCase, device: str) -> PrefillTrace:
     with mock.patch.object(port, "translate", lambda c, kv: kv):

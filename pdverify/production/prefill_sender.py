@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,14 +51,15 @@ class CommonSender:
     def should_send_kv_chunk(num_pages: int, last_chunk: bool) -> bool:
         return num_pages > 0 or last_chunk
 
-    def send(self, pages: PageIndices, state: list[PageIndices] | None, num_kv_tokens: int) -> None:
+    def send(self, pages: Any, state: list[PageIndices] | None, num_kv_tokens: int) -> None:
+        """``pages``: a host numpy array, or a host torch tensor on the host-tensor path."""
         start = self.curr_idx
         self.curr_idx += len(pages)
         is_last = self.curr_idx == self.num_kv_indices
         self.transfers.append(
             Transfer(
                 pages=tuple(int(p) for p in pages),
-                dtype=str(pages.dtype),
+                dtype=str(pages.dtype).removeprefix("torch."),
                 start=start,
                 stop=self.curr_idx,
                 is_last=is_last,
@@ -140,6 +142,12 @@ def state_payloads(req: PrefillRequest, seq_len: int) -> list[PageIndices]:
     return [PAYLOADS[kind](req, seq_len) for kind in req.case.state_types]
 
 
+def host_tensor_pages(kv: torch.Tensor, page_size: int) -> torch.Tensor:
+    """The host-tensor path's inline formula: stride and divide on the device, copy into a host tensor (pinned,
+    behind a CUDA event upstream)."""
+    return (kv[::page_size] // page_size).cpu()
+
+
 def translate(case: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
     """``translate_kv_indices_for_transfer``: virtual to physical ids (int64), or the identity."""
     return kv if case.translate_offset is None else kv.to(torch.int64) + case.translate_offset
@@ -164,7 +172,8 @@ def send_kv_chunk(req: PrefillRequest, extend_end: int, *, last_chunk: bool, end
     segments = grid_segments(start, end, req.decode_prefix, limit) if limit is not None else [(start, end)]
     row = req.table[case.req_pool_idx]
     for s, e in segments:
-        pages = kv_to_page_indices(translate(case, row[s:e]), ps)
+        kv = translate(case, row[s:e])
+        pages: Any = host_tensor_pages(kv, ps) if case.host_tensor_indices else kv_to_page_indices(kv, ps)
         final = last_chunk and e == end
         if not req.sender.should_send_kv_chunk(len(pages), final):
             continue

@@ -42,6 +42,10 @@ EXAMPLES = [
     _spec_case(chunk_ends=(23,), early_prefix=13),
     _spec_case(chunk_ends=(22, 23), chunked_prefill_size=8, early_prefix=20),
     PrefillCase(4, 20, 20, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(20)), (20,), state_types=("DSA",)),
+    # an SWA window whose raw start (L - W = 19) is mid-page: floored to 16 it spans two pages
+    PrefillCase(
+        4, 22, 4, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(22)), (22,), state_types=("SWA",), window=3
+    ),
 ]
 
 

@@ -11,11 +11,13 @@ bootstrap queue subclass, a request, and a KV manager whose ``add_transfer_reque
 
 The globals the code reads are patched for the call only and restored after it, also on error:
 ``prefill.get_schedule`` (the staging grid's ``chunked_prefill_size``); ``get_parallel().num_dp_ranks`` is
-overridden while the sender is built.
+overridden while the sender is built. The host-tensor path (a sender with ``supports_host_tensor_indices``, as
+Mooncake's) needs CUDA for three calls: without CUDA, ``prefill.torch`` is ``TorchWithoutCuda`` for the call.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -80,6 +82,33 @@ class _Manager:
                 num_kv_tokens=kw.get("num_kv_tokens"),
             )
         )
+
+
+class _FakeEvent:
+    """``torch.cuda.Event`` on a machine without CUDA: ``record`` does nothing."""
+
+    def record(self, stream: Any = None) -> None:
+        pass
+
+
+class TorchWithoutCuda:
+    """The ``torch`` name inside ``sglang.srt.disaggregation.prefill`` on a machine without CUDA.
+
+    Forwards everything to torch except the three calls of the host-tensor path that need a CUDA driver:
+    ``torch.empty(..., pin_memory=True)`` (the pin is dropped: pinning changes where a host tensor lives, not its
+    values), ``torch.cuda.Event().record(...)`` and ``torch.cuda.current_stream()`` (no-ops: there is no stream to
+    order). The formula under test, ``kv[::ps] // ps`` and the copy into the host tensor, runs unchanged.
+    On a CUDA machine the driver does not install it: the path runs as shipped.
+    """
+
+    cuda = SimpleNamespace(Event=_FakeEvent, current_stream=lambda: None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+        return torch.empty(*args, **kwargs)
 
 
 @contextmanager
@@ -157,7 +186,13 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         start_send_idx=0,
         disagg_decode_prefix_len=0,
     )
-    with _patched_schedule(prefill, case.chunked_prefill_size):
+    if case.host_tensor_indices:
+        sender.supports_host_tensor_indices = True
+    shim = case.host_tensor_indices and not torch.cuda.is_available()
+    with (
+        _patched_schedule(prefill, case.chunked_prefill_size),
+        mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
+    ):
         assert Queue().finalize_bootstrap(req)
         trace = PrefillTrace(sender.num_kv_indices, manager.transfers, [req.start_send_idx])
         for k, end in enumerate(case.chunk_ends):
