@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from pdverify.legacy import page_index as legacy_pages
@@ -76,10 +75,10 @@ SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conformance venv (ci/conformance.sh)
     """The installed SGLang's real functions (patching only ``SamplingBatchInfo.from_schedule_batch``).
 
-    ``prefill_exchange`` and ``wire_roundtrip`` run SGLang's own scheduler methods, KV sender and wire
-    (``pdverify.targets.sglang_prefill``, ``pdverify.targets.sglang_wire``). ``send_kv_chunk`` and
-    ``decode_page_indices`` are the earlier function-level units: pdverify's port of the page-selection loop
-    around SGLang's real ``kv_to_page_indices`` (kept for P9-P14 and M1).
+    Every unit is SGLang's own code: ``prefill_exchange``, ``decode_prealloc`` and ``wire_roundtrip`` drive its
+    scheduler methods, KV sender, pre-allocation and wire (``pdverify.targets.sglang_prefill``, ``sglang_decode``,
+    ``sglang_wire``); the function-level ``send_kv_chunk`` (P9-P14, M1) is one call of its ``_send_kv_chunk``
+    with a real ``CommonKVSender``, and ``decode_page_indices`` its ``_transfer_page_indices``.
     """
     try:
         import sglang
@@ -94,18 +93,14 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
             "environment with ci/build-sglang-env.sh"
         ) from exc
     from pdverify.targets.sglang_decode import sglang_decode_prealloc
-    from pdverify.targets.sglang_prefill import sglang_prefill_exchange
+    from pdverify.targets.sglang_prefill import (
+        sglang_decode_page_indices,
+        sglang_prefill_exchange,
+        sglang_send_kv_chunk,
+    )
     from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
     real_pages: Any = common.kv_to_page_indices
-
-    def decode_page_indices(
-        req_to_token: Any, req_pool_idx: int, decode_prefix_len: int, origin_input_len: int, page_size: int
-    ) -> Any:
-        import numpy as np
-
-        kv = req_to_token[req_pool_idx][decode_prefix_len:origin_input_len]
-        return real_pages(kv, page_size).astype(np.int32)
 
     return Target(
         name="sglang",
@@ -115,8 +110,8 @@ def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conforma
         kv_to_page_num=common.kv_to_page_num,
         page_align_floor=common.page_align_floor,
         minimax_index_transfer_pages=minimax.minimax_index_transfer_pages,
-        send_kv_chunk=functools.partial(transfer.select_chunk, pages_of=real_pages),
-        decode_page_indices=decode_page_indices,
+        send_kv_chunk=sglang_send_kv_chunk,
+        decode_page_indices=sglang_decode_page_indices,
         prepare_for_prebuilt=Mixin.prepare_for_prebuilt,
         prefill_exchange=sglang_prefill_exchange,
         decode_prealloc=sglang_decode_prealloc,

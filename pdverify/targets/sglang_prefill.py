@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.production.transfer import KvChunk, PrefillSendState
 
 
 def _as_list(values: Any) -> tuple[int, ...]:
@@ -45,19 +47,21 @@ def _dtype(values: Any) -> str:
 class _Manager:
     """The KV manager the real ``CommonKVSender`` reads; ``add_transfer_request`` records."""
 
-    def __init__(self, case: PrefillCase, room: int, prepare_state: Any) -> None:
+    def __init__(self, case: PrefillCase | None, room: int, prepare_state: Any) -> None:
         self.sender_trace_module = None
         self.deferred_bootstrap = None
         self.is_dummy_cp_rank = False
         self.attn_dp_rank = 0
         self.kv_shard_size = 1
         self.enable_all_cp_ranks_for_transfer = False
-        self.req_to_decode_prefix_len = {room: case.decode_prefix}
-        self._dcp_pack_max_tokens = case.dcp_max_tokens
+        self.req_to_decode_prefix_len = {room: case.decode_prefix if case else 0}
+        self._dcp_pack_max_tokens = case.dcp_max_tokens if case else None
         self.transfer_infos = {room: {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}}
         self.decode_kv_args_table = {"10.0.0.2:9000": SimpleNamespace(requires_dcp_relayout=True)}
         self.status: list[tuple[int, Any]] = []
         self.transfers: list[Transfer] = []
+        self.raw: list[tuple[Any, slice, bool]] = []
+        """Each transfer's page list as the sender passed it (array or tensor), its slice and last flag."""
         self._prepare_state = prepare_state
 
     def update_status(self, room: int, status: Any) -> None:
@@ -70,6 +74,7 @@ class _Manager:
         self, room: int, kv_indices: Any, index_slice: slice, is_last_chunk: bool, **kw: Any
     ) -> None:
         state = kw.get("state_indices")
+        self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
         self.transfers.append(
             Transfer(
                 pages=_as_list(kv_indices),
@@ -120,16 +125,103 @@ def _patched_schedule(prefill: Any, chunked_prefill_size: int | None) -> Iterato
         yield
 
 
+def _duck_scheduler(  # pragma: no cover - conformance venv
+    prefill: Any,
+    table: torch.Tensor,
+    page_size: int,
+    *,
+    translate: Any,
+    staging: bool,
+    state_types: list[Any],
+    window: int,
+    ring_size: int,
+    set_buf: list[str],
+) -> Any:
+    """A prefill scheduler without ``__init__`` holding what ``_send_kv_chunk`` reads (sglang-real-paths 2.1)."""
+    kvcache = SimpleNamespace(request_window=None, unified_swa_ring_size=ring_size, unified_swa_window=window)
+    allocator = SimpleNamespace(
+        page_size=page_size,
+        translate_kv_indices_for_transfer=translate,
+        translate_swa_indices_for_transfer=lambda t: t,
+        get_kvcache=lambda: kvcache,
+    )
+
+    class Scheduler(prefill.SchedulerDisaggregationPrefillMixin):  # type: ignore[misc]
+        pass
+
+    sched: Any = Scheduler()
+    sched.token_to_kv_pool_allocator = allocator
+    sched.req_to_token_pool = SimpleNamespace(req_to_token=table)
+    sched.enable_staging = staging
+    sched.enable_overlap = False
+    sched.kv_checksum_computer = None
+    sched.disagg_metadata_buffers = SimpleNamespace(set_buf=lambda r: set_buf.append(r.rid))
+    sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
+        kv_manager=SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
+    )
+    sched.disagg_prefill_pending_chunk_rids = set()
+    sched.sliding_window_size = window
+    return sched
+
+
+def _common_sender(manager: Any, room: int) -> Any:  # pragma: no cover - conformance venv
+    from sglang.srt.disaggregation.common.conn import CommonKVSender
+    from sglang.srt.runtime_context import get_parallel
+
+    with get_parallel().override(num_dp_ranks=1):
+        return CommonKVSender(manager, "10.0.0.1:8998", room)
+
+
+def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
+    req_to_token: torch.Tensor, state: PrefillSendState, *, extend_end: int, last_chunk: bool, page_size: int
+) -> tuple[KvChunk | None, PrefillSendState]:
+    """The function-level ``send_kv_chunk`` unit (P9-P14, M1) on SGLang's own ``_send_kv_chunk`` and a real
+    ``CommonKVSender`` whose page counter is set from ``state``: one chunk of a plain (unsegmented) send."""
+    from sglang.srt.disaggregation import prefill
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    room = 4242
+    manager = _Manager(None, room, CommonKVManager.prepare_send_state_indices)
+    sender = _common_sender(manager, room)
+    sender.init(state.num_pages, 0)
+    sender.curr_idx = state.curr_idx
+    sched = _duck_scheduler(
+        prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
+        ring_size=1, set_buf=[],
+    )  # fmt: skip
+    req: Any = SimpleNamespace(
+        rid="r0", origin_input_ids=[0] * state.origin_len, extend_end=extend_end,
+        kv=SimpleNamespace(req_pool_idx=state.req_pool_idx), disagg_kv_sender=sender,
+        start_send_idx=state.start_send_idx, disagg_decode_prefix_len=state.decode_prefix_len,
+    )  # fmt: skip
+    sched._send_kv_chunk(req, last_chunk=last_chunk)
+    new_state = replace(state, start_send_idx=req.start_send_idx, curr_idx=sender.curr_idx)
+    if not manager.raw:
+        return None, new_state
+    assert len(manager.raw) == 1, "a plain send is one transfer"
+    (pages, index_slice, is_last) = manager.raw[0]
+    return KvChunk(pages, index_slice.start, state.start_send_idx, req.start_send_idx, is_last), new_state
+
+
+def sglang_decode_page_indices(  # pragma: no cover - conformance venv
+    req_to_token: torch.Tensor, req_pool_idx: int, decode_prefix_len: int, origin_input_len: int, page_size: int
+) -> Any:
+    """The function-level ``decode_page_indices`` unit on SGLang's own ``DecodePreallocQueue._transfer_page_indices``
+    (``self`` is unused) over the row slice ``pop_preallocated`` takes."""
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+
+    kv = req_to_token[req_pool_idx][decode_prefix_len:origin_input_len]
+    return DecodePreallocQueue._transfer_page_indices(None, None, kv, page_size)
+
+
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import StateType
-    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender
-    from sglang.srt.runtime_context import get_parallel
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = 4242
     manager = _Manager(case, room, CommonKVManager.prepare_send_state_indices)
-    with get_parallel().override(num_dp_ranks=1):
-        sender = CommonKVSender(manager, "10.0.0.1:8998", room)
+    sender = _common_sender(manager, room)
 
     width = case.length + case.page_size
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
@@ -139,30 +231,18 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     def translate(t: torch.Tensor) -> torch.Tensor:
         return t if offset is None else t.to(torch.int64) + offset
 
-    kvcache = SimpleNamespace(request_window=None, unified_swa_ring_size=case.ring_size, unified_swa_window=case.window)
-    allocator = SimpleNamespace(
-        page_size=case.page_size,
-        translate_kv_indices_for_transfer=translate,
-        translate_swa_indices_for_transfer=lambda t: t,
-        get_kvcache=lambda: kvcache,
-    )
     set_buf: list[str] = []
-
-    class Scheduler(prefill.SchedulerDisaggregationPrefillMixin):  # type: ignore[misc]
-        pass
-
-    sched: Any = Scheduler()
-    sched.token_to_kv_pool_allocator = allocator
-    sched.req_to_token_pool = SimpleNamespace(req_to_token=table)
-    sched.enable_staging = case.chunked_prefill_size is not None
-    sched.enable_overlap = False
-    sched.kv_checksum_computer = None
-    sched.disagg_metadata_buffers = SimpleNamespace(set_buf=lambda r: set_buf.append(r.rid))
-    sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
-        kv_manager=SimpleNamespace(kv_args=SimpleNamespace(state_types=[StateType[k] for k in case.state_types]))
+    sched = _duck_scheduler(
+        prefill,
+        table,
+        case.page_size,
+        translate=translate,
+        staging=case.chunked_prefill_size is not None,
+        state_types=[StateType[k] for k in case.state_types],
+        window=case.window,
+        ring_size=case.ring_size,
+        set_buf=set_buf,
     )
-    sched.disagg_prefill_pending_chunk_rids = set()
-    sched.sliding_window_size = case.window
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc]
         def __init__(self) -> None:
