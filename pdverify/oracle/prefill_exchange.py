@@ -7,15 +7,7 @@ token range in first-appearance order (a request's row is paged: ``location // p
 from __future__ import annotations
 
 from pdverify.model.exchange import PrefillCase
-
-
-def _pages(locations: list[int], page_size: int) -> list[int]:
-    seen: list[int] = []
-    for loc in locations:
-        page = loc // page_size
-        if page not in seen:
-            seen.append(page)
-    return seen
+from pdverify.oracle.page_index import distinct_pages as _pages
 
 
 def page_count(case: PrefillCase) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdverify.model.exchange import WireMessage
+from pdverify.production.transfer import from_wire, to_wire
 
 
 def _pack_buffers(buffers: list[bytes]) -> bytes:
@@ -45,7 +46,7 @@ def build_frames(
         b"10.0.0.2",
         b"9000",
         b"session",
-        pages.tobytes(),
+        to_wire(pages),
         str(aux_index).encode("ascii"),
         _pack_buffers([struct.pack(f"<{len(s)}i", *s) for s in state]) if state else b"",
         b"1",
@@ -58,7 +59,7 @@ def parse_frames(msg: list[bytes]) -> WireMessage:
     """Prefill's reading of the frames."""
     if msg[4] == b"" and msg[5] == b"":
         return WireMessage((), "int32", None, (), None, True)
-    pages = np.frombuffer(msg[4], dtype=np.int32)
+    pages = from_wire(msg[4])
     state = tuple(tuple(struct.unpack(f"<{len(b) // 4}i", b)) for b in _unpack_buffers(msg[6]))
     prefix = int(msg[8].decode("ascii")) if len(msg) > 8 and msg[8] != b"" else None
     return WireMessage(tuple(int(p) for p in pages), str(pages.dtype), int(msg[5]), state, prefix, False)
