@@ -31,6 +31,19 @@ STATE_TYPES: tuple[str, ...] = (
 the unified SWA ring and the request row."""
 
 
+def state_list_start(kind: str, *, page_size: int, decode_prefix: int, length: int, window: int) -> int | None:
+    """The token position where a page-strided state list of ``kind`` starts on either side (None: the kind
+    is not page-strided): the SWA window at ``floor(max(D, L - W) / ps) * ps``, the DSA and MiniMax index-K
+    suffix at ``D``, the full lists at 0."""
+    if kind in ("SWA", "BLOCK_SCALE_SWA"):
+        return max(decode_prefix, length - window) // page_size * page_size
+    if kind in ("DSA", "MINIMAX_INDEX_K"):
+        return decode_prefix
+    if kind in ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"):
+        return 0
+    return None
+
+
 @dataclass(frozen=True)
 class PrefillCase:
     """One request on the prefill side. ``row`` holds the token locations of positions ``0 .. L - 1``

@@ -11,21 +11,12 @@ from __future__ import annotations
 
 from hypothesis import example
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
 from pdverify.properties.registry import note_event, prop
 from pdverify.targets import Target
 from strategies import decode_cases
 
 NEEDS = ("decode_prealloc",)
-PAGED_STATE = {
-    "SWA": "window",
-    "BLOCK_SCALE_SWA": "window",
-    "DSA": "prefix",
-    "MINIMAX_INDEX_K": "prefix",
-    "QSA_COMPRESSED": "zero",
-    "MINIMAX_DENSE_KV": "zero",
-    "BLOCK_SCALE": "zero",
-}
 
 
 def _case(l1_pages: list[int], d: int, stale: bool, state: tuple[str, ...]) -> DecodeCase:
@@ -86,13 +77,9 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
     lists: list[tuple[str, int, tuple[int, ...]]] = [("main KV", d, trace.pages)]
     assert len(trace.state) == len(case.state_types), f"{len(trace.state)} state lists for {case.state_types}"
     for kind, values in zip(case.state_types, trace.state, strict=True):
-        origin = PAGED_STATE.get(kind)
-        if origin == "window":
-            lists.append((kind, max(d, n - case.window) // ps * ps, values))
-        elif origin == "prefix":
-            lists.append((kind, d, values))
-        elif origin == "zero":
-            lists.append((kind, 0, values))
+        start = state_list_start(kind, page_size=ps, decode_prefix=d, length=n, window=case.window)
+        if start is not None:
+            lists.append((kind, start, values))
     for name, start, values in lists:
         want = held[start // ps :]
         got = list(values)

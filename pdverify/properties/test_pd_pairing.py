@@ -5,29 +5,12 @@ destination list is as long as the sender's page count and covers the same logic
 
 from __future__ import annotations
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace
+from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, state_list_start
 from pdverify.properties.registry import note_event, prop
 from pdverify.targets import Target
 from strategies import pd_exchanges
 
 NEEDS = ("prefill_exchange", "decode_prealloc")
-ORIGIN = {
-    "SWA": "window",
-    "BLOCK_SCALE_SWA": "window",
-    "DSA": "prefix",
-    "MINIMAX_INDEX_K": "prefix",
-    "QSA_COMPRESSED": "zero",
-    "MINIMAX_DENSE_KV": "zero",
-    "BLOCK_SCALE": "zero",
-}
-
-
-def _first_logical_page(kind: str, case: DecodeCase) -> int:
-    ps, d = case.page_size, case.decode_prefix
-    origin = ORIGIN[kind]
-    if origin == "window":
-        return max(d, case.length - case.window) // ps
-    return d // ps if origin == "prefix" else 0
 
 
 @prop(
@@ -49,12 +32,13 @@ def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[Prefi
         f"{len(prefill_state)} prefill / {len(decode_state)} decode state lists for {dec.state_types}"
     )
     for kind, p_list, d_list in zip(dec.state_types, prefill_state, decode_state, strict=True):
-        if kind not in ORIGIN:
+        start = state_list_start(kind, page_size=ps, decode_prefix=dec.decode_prefix, length=n, window=dec.window)
+        if start is None:
             assert len(p_list) == len(d_list), f"{kind}: prefill {len(p_list)} entries, decode {len(d_list)}"
             continue
         note_event(f"paired {kind}")
         assert len(p_list) == len(d_list), f"{kind}: prefill sends {len(p_list)} pages, decode registered {len(d_list)}"
-        first = _first_logical_page(kind, dec)
+        first = start // ps
         for i, (p_page, d_page) in enumerate(zip(p_list, d_list, strict=True)):
             pos = (first + i) * ps
             assert pos < n, f"{kind}: position {i} is logical page {first + i}, past L={n}"

@@ -22,12 +22,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
-
-
-def _ints(values: Any) -> tuple[int, ...]:
-    if isinstance(values, torch.Tensor):
-        values = values.cpu().numpy()
-    return tuple(int(v) for v in np.asarray(values).reshape(-1))
+from pdverify.targets.sglang_prefill import int_tuple
 
 
 def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pragma: no cover - conformance venv
@@ -132,11 +127,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     pages, aux, state, prefix = sent[0]
     row = req_pool.req_to_token[req.kv.req_pool_idx]
     return DecodeTrace(
-        pages=_ints(pages),
+        pages=int_tuple(pages),
         dtype=str(np.asarray(pages).dtype),
         decode_prefix_len=prefix,
         aux_index=aux,
-        state=tuple(_ints(s) for s in state),
-        allocated=_ints(row[case.decode_prefix : case.fill_len]),
-        row=_ints(row[: case.length]),
+        state=tuple(int_tuple(s) for s in state),
+        allocated=int_tuple(row[case.decode_prefix : case.fill_len]),
+        row=int_tuple(row[: case.length]),
     )

@@ -32,7 +32,8 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.production.transfer import KvChunk, PrefillSendState
 
 
-def _as_list(values: Any) -> tuple[int, ...]:
+def int_tuple(values: Any) -> tuple[int, ...]:
+    """A host or device tensor, array or list of ids as a tuple of Python ints."""
     if isinstance(values, torch.Tensor):
         values = values.cpu().numpy()
     return tuple(int(v) for v in np.asarray(values).reshape(-1))
@@ -77,13 +78,13 @@ class _Manager:
         self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
         self.transfers.append(
             Transfer(
-                pages=_as_list(kv_indices),
+                pages=int_tuple(kv_indices),
                 dtype=_dtype(kv_indices),
                 start=index_slice.start,
                 stop=index_slice.stop,
                 is_last=bool(is_last_chunk),
                 aux_index=kw.get("aux_index"),
-                state=None if state is None else tuple(_as_list(s) for s in state),
+                state=None if state is None else tuple(int_tuple(s) for s in state),
                 num_kv_tokens=kw.get("num_kv_tokens"),
             )
         )
