@@ -18,7 +18,8 @@ import torch
 
 from pdverify import profiles
 from pdverify.devices import DEVICES, cuda_available
-from pdverify.properties.registry import EXAMPLES, ExampleTimeout, reset_examples
+from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, reset_examples
+from pdverify.properties.releases import bind_release
 from pdverify.targets import Target, TargetError, load_target
 
 NOT_APPLICABLE = "not applicable"
@@ -41,6 +42,7 @@ def configure(config: pytest.Config) -> None:
         config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
+    bind_release(config.stash[TARGET_KEY].release)
     _fresh_fixture_requests_under_hypofuzz()
 
 
@@ -96,7 +98,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     tgt = item.config.stash[TARGET_KEY]
     missing = [fn for fn in marker.args if not tgt.supplies(fn)]
     if missing:
-        pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}")
+        pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}{_why(tgt, missing)}")
+    function = getattr(item, "function", None)
+    info = PROPERTIES.get(getattr(function, "pdverify_property", ""))
+    contract = info.contract if info is not None else getattr(function, "pdverify_contract", None)
+    out_of_range = contract.not_applicable(tgt.release) if contract is not None else None
+    if out_of_range:
+        pytest.skip(out_of_range)
+
+
+def _why(tgt: Target, missing: list[str]) -> str:
+    reasons = dict(tgt.unit_sources)
+    known = [f"{fn}: {reasons[fn]}" for fn in missing if fn in reasons]
+    return f" ({'; '.join(known)})" if known else ""
 
 
 def bind_profile(test: Any) -> None:

@@ -36,6 +36,9 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     missing = [fn for fn in info.needs if not target.supplies(fn)]
     if missing:
         return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
+    out_of_range = info.contract.not_applicable(target.release)
+    if out_of_range:
+        return PropertyRun(info.id, "not applicable", 0, 0.0, out_of_range)
     test: Any = info.test
     saved = getattr(test, "_hypothesis_internal_use_settings", None)
     reset_examples()

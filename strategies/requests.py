@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
 from pdverify.model.layout import token_locations
+from pdverify.properties.releases import DOMAIN
 from strategies._seeded import SEEDS
 from strategies._validate import check_int
 from strategies.fields import REGISTRY
@@ -54,10 +55,12 @@ def _requests(
     n_output = draw(st.integers(0, max_output))
     detail = draw(SEEDS)
     rng = random.Random(detail)
-    rebootstrap = n_output > 0 and detail != 0 and rng.random() < 0.25
+    rebootstrap = n_output > 0 and detail != 0 and rng.random() < 0.25 and DOMAIN.rebootstrap
     seq_len = n_prompt + max(0, n_output - 1)
     extend_end = seq_len + (1 if rebootstrap else 0)
-    if detail == 0 or rng.random() < 0.5:
+    if not DOMAIN.decode_prefix:  # a release before decode-side prefixes: decode's prefix is always 0
+        prefix = 0
+    elif detail == 0 or rng.random() < 0.5:
         prefix = draw(st.integers(0, extend_end // page_size)) * page_size
     else:
         prefix = draw(st.integers(0, extend_end))

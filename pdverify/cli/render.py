@@ -178,7 +178,7 @@ class Progress:
 
 def render_list(properties: Sequence[Any], *, colour: bool, width: int = 140) -> str:
     """``pdverify list``: id, title, the target units needed, the contract encoded (``PropertyInfo``s)."""
-    rows = [(p.id, p.title, ", ".join(p.needs), p.contract) for p in properties]
+    rows = [(p.id, p.title, ", ".join(p.needs), str(p.contract)) for p in properties]
     rich = _rich()
     if rich is None:  # pragma: no cover - see _rich
         return "\n".join("  ".join(r) for r in rows)

@@ -19,6 +19,8 @@ import pytest
 from hypothesis import currently_in_test_context, event, example, given
 from hypothesis import strategies as st
 
+from pdverify.properties.releases import ALL_RELEASES, FROM_31173, FROM_35070, Contract
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -99,9 +101,7 @@ def note_event(label: str) -> None:
         event(label)
 
 
-ALL_RELEASES = "every release that has the units"
-FROM_31173 = "from upstream #31173 (device-side stride), released in sglang 0.5.23"
-FROM_35070 = "from upstream #35070 (no PREBUILT prompt copy), released in sglang 0.5.23"
+__all__ = ["ALL_RELEASES", "FROM_31173", "FROM_35070", "PROPERTIES", "Contract", "PropertyInfo", "prop"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class PropertyInfo:
     needs: tuple[str, ...]
     test: Callable[..., Any]
     module: str
-    contract: str = ALL_RELEASES
+    contract: Contract = ALL_RELEASES
 
     @property
     def name(self) -> str:
@@ -138,7 +138,7 @@ def prop(
     *,
     needs: tuple[str, ...],
     timed: bool = True,
-    contract: str = ALL_RELEASES,
+    contract: Contract = ALL_RELEASES,
     **strategies: st.SearchStrategy[Any],
 ) -> Callable[[F], F]:
     """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data.
@@ -146,8 +146,12 @@ def prop(
     The per-example time limit (``--timeout``) applies to each call of the body, which is one example for a
     property with strategies. A property that runs many examples inside one call (a state machine) passes
     ``timed=False`` and puts the limit around each of its own examples (``ExampleClock``). ``contract`` names
-    the releases whose contract the property encodes (``pdverify list``).
+    the releases whose contract the property encodes (``pdverify list``); on a release outside it the property
+    is not applicable.
     """
+
+    if not isinstance(contract, Contract):
+        raise TypeError(f"property {id}: contract must be a pdverify.properties.releases.Contract, got {contract!r}")
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)

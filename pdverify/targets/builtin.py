@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
 from pdverify.production import decode_prealloc, fast, page_index, prebuilt, prefill_sender, transfer, wire
-from pdverify.targets.protocol import Target, TargetError
+from pdverify.targets.protocol import Target
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
 
@@ -69,57 +67,18 @@ def fast_target() -> Target:
     )
 
 
-SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
-
-
 def sglang_target() -> Target:  # pragma: no cover - runs in the SGLang conformance venv (ci/conformance.sh)
-    """The installed SGLang's real functions (patching only ``SamplingBatchInfo.from_schedule_batch``).
+    """The installed SGLang release's own functions, each unit resolved to that release's code
+    (``pdverify.targets.sglang_release``; patching only ``SamplingBatchInfo.from_schedule_batch``).
 
-    Every unit is SGLang's own code: ``prefill_exchange``, ``decode_prealloc`` and ``wire_roundtrip`` drive its
-    scheduler methods, KV sender, pre-allocation and wire (``pdverify.targets.sglang_prefill``, ``sglang_decode``,
-    ``sglang_wire``); the function-level ``send_kv_chunk`` (P9-P14, M1) is one call of its ``_send_kv_chunk``
-    with a real ``CommonKVSender``, and ``decode_page_indices`` its ``_transfer_page_indices``.
+    On 0.5.23 every unit is SGLang's own code: ``prefill_exchange``, ``decode_prealloc`` and ``wire_roundtrip``
+    drive its scheduler methods, KV sender, pre-allocation and wire (``pdverify.targets.sglang_prefill``,
+    ``sglang_decode``, ``sglang_wire``); the function-level ``send_kv_chunk`` (P9-P14, M1) is one call of its
+    ``_send_kv_chunk`` with a real ``CommonKVSender``, and ``decode_page_indices`` its ``_transfer_page_indices``.
     """
-    try:
-        import sglang
-        from sglang.srt.disaggregation import minimax
-        from sglang.srt.disaggregation.decode_schedule_batch_mixin import (
-            ScheduleBatchDisaggregationDecodeMixin as Mixin,
-        )
-        from sglang.srt.mem_cache import common
-    except ImportError as exc:
-        raise TargetError(
-            f"target 'sglang': cannot import {exc.name or 'sglang'} ({exc}); install the conformance "
-            "environment with ci/build-sglang-env.sh"
-        ) from exc
-    from pdverify.targets.sglang_decode import sglang_decode_prealloc
-    from pdverify.targets.sglang_prefill import (
-        sglang_decode_page_indices,
-        sglang_prefill_exchange,
-        sglang_send_kv_chunk,
-    )
-    from pdverify.targets.sglang_wire import sglang_wire_roundtrip
+    from pdverify.targets.sglang_release import sglang_release_target
 
-    real_pages: Any = common.kv_to_page_indices
-
-    return Target(
-        name="sglang",
-        description=f"the installed sglang {getattr(sglang, '__version__', '?')}",
-        kv_to_page_indices=real_pages,
-        suffix_page_indices=common.suffix_page_indices,
-        kv_to_page_num=common.kv_to_page_num,
-        page_align_floor=common.page_align_floor,
-        minimax_index_transfer_pages=minimax.minimax_index_transfer_pages,
-        send_kv_chunk=sglang_send_kv_chunk,
-        decode_page_indices=sglang_decode_page_indices,
-        prepare_for_prebuilt=Mixin.prepare_for_prebuilt,
-        prefill_exchange=sglang_prefill_exchange,
-        decode_prealloc=sglang_decode_prealloc,
-        wire_roundtrip=sglang_wire_roundtrip,
-        layout="sglang-0.5.23",
-        sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch",
-        package="sglang",
-    )
+    return sglang_release_target()
 
 
 BUILTIN = {

@@ -1,10 +1,12 @@
 """Layout adapters: build the duck-typed batch a target's ``prepare_for_prebuilt`` reads, run it, map back.
 
-Two layouts are known (sglang-pd.md section 3.2):
+Three layouts are known (sglang-pd.md section 3.2):
 
 * ``sglang-0.5.23``: ``req.kv.req_pool_idx``, ``req.prefix_len``, ``req.extend_len`` (``extend_end - prefix_len``);
 * ``sglang-pr35070`` (the seed's era): ``req.req_pool_idx``, ``req.prefix_indices`` (the prefix's token
-  locations), ``req.extend_range`` (``start``, ``end``, ``length``).
+  locations), ``req.extend_range`` (``start``, ``end``, ``length``);
+* ``sglang-any``: both, plus the pre-#27611 ``extend_input_len`` and the request-level logprob settings
+  (released SGLang from 0.4.6.post5 to 0.5.21).
 
 Every request also carries the prompt behind a guard: its length reads freely, but reading its elements,
 ``get_fill_ids()``, ``fill_ids`` or ``full_untruncated_fill_ids`` is recorded in ``prompt_reads``; with
@@ -84,27 +86,44 @@ class GuardedTokens:
         return f"GuardedTokens(len={len(self._tokens)})"
 
 
+class FillIds(list[int]):
+    """Fill ids for a release of unknown era: releases before 0.5.7 keep them in a ``list`` and concatenate with
+    ``sum(ids, [])``, later ones in an ``array('q')`` with ``sum(ids, array('q'))``; this list (and its slices)
+    concatenates with either and gives back the type it was added to."""
+
+    def __getitem__(self, index: Any) -> Any:
+        got = super().__getitem__(index)
+        return FillIds(got) if isinstance(index, slice) else got
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, array):
+            return array(other.typecode, [*other, *self])
+        if isinstance(other, list):
+            return [*other, *self]
+        return NotImplemented
+
+
 class DuckRequest:
     """A request object in a target's layout. ``fill_ids`` and ``get_fill_ids`` record every access."""
 
-    def __init__(self, reads: list[str], strict: bool, fill: list[int]) -> None:
-        self._reads, self._strict, self._fill = reads, strict, fill
+    def __init__(self, reads: list[str], strict: bool, fill: list[int], any_era: bool = False) -> None:
+        self._reads, self._strict, self._fill, self._any_era = reads, strict, fill, any_era
 
-    def _fill_ids(self, how: str) -> array[int]:
+    def _fill_ids(self, how: str) -> Any:
         self._reads.append(how)
         if self._strict:
             raise PromptReadError(f"the prompt must not be read: {how}")
-        return array("q", self._fill)
+        return FillIds(self._fill) if self._any_era else array("q", self._fill)
 
-    def get_fill_ids(self) -> array[int]:
+    def get_fill_ids(self) -> Any:
         return self._fill_ids("get_fill_ids()")
 
     @property
-    def fill_ids(self) -> array[int]:
+    def fill_ids(self) -> Any:
         return self._fill_ids("fill_ids")
 
     @property
-    def full_untruncated_fill_ids(self) -> array[int]:
+    def full_untruncated_fill_ids(self) -> Any:
         return self._fill_ids("full_untruncated_fill_ids")
 
 
@@ -131,9 +150,21 @@ def _place_pr35070(duck: Any, req: Request, row: torch.Tensor) -> None:
     duck.extend_range = Range(req.prefix_len, req.extend_end)
 
 
+def _place_any(duck: Any, req: Request, row: torch.Tensor) -> None:
+    """Every era's names at once, consistent with one another (sglang-pd.md section 3.2): what any release from
+    0.4.6.post5 to 0.5.23 reads is there. Pre-#27611 releases read ``extend_input_len``; pre-#25712 ones read
+    the logprob settings on the request itself."""
+    _place_0_5_23(duck, req, row)
+    _place_pr35070(duck, req, row)
+    duck.extend_input_len = req.extend_len
+    duck.top_logprobs_num = req.logprob.top_logprobs_num
+    duck.token_ids_logprob = req.logprob.token_ids_logprob
+
+
 LAYOUTS: dict[str, Callable[[Any, Request, torch.Tensor], None]] = {
     "sglang-0.5.23": _place_0_5_23,
     "sglang-pr35070": _place_pr35070,
+    "sglang-any": _place_any,
 }
 """Layout name -> how a request's position fields are spelled in it."""
 
@@ -142,7 +173,7 @@ def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str]
     if layout not in LAYOUTS:
         raise TargetError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
     fill = [*req.origin_input_ids, *req.output_ids][: req.extend_end]
-    duck = DuckRequest(reads, strict, fill)
+    duck = DuckRequest(reads, strict, fill, any_era=layout == "sglang-any")
     LAYOUTS[layout](duck, req, row)
     duck.origin_input_ids = GuardedTokens(list(req.origin_input_ids), "origin_input_ids", reads, strict)  # type: ignore[attr-defined]
     duck.output_ids = GuardedTokens(list(req.output_ids), "output_ids", reads, strict)  # type: ignore[attr-defined]

@@ -138,6 +138,10 @@ class Target:
     sampling_info_path: str | None = None
     package: str = "pdverify"
     """The distribution whose version the run report records."""
+    release: str | None = None
+    """The SGLang release this target is (None: not a release; every property's contract applies)."""
+    unit_sources: tuple[tuple[str, str], ...] = ()
+    """``(unit, where)``: the release's own function behind each unit, or why a unit is not supplied."""
 
     def __repr__(self) -> str:
         return f"Target({self.name!r})"

@@ -1,0 +1,250 @@
+"""The release matrix: ``pdverify check --target sglang`` on every SGLang release with PD code.
+
+For each release: its environment (``ci/sglang_release_env.py``: the release in ``.sglang-releases/<VERSION>/`` on
+top of the base ``.venv-sglang``), then the check on CPU under the chosen profile, one run report per release.
+Writes ``reports/matrix/``:
+
+* ``matrix.json``: ``{"<release>": {"<property id>": "<status>"}}`` (statuses as in the run report, or
+  ``not importable`` for every property of a release that cannot be made importable);
+* ``releases.json``: per release, whether it imports (and why not), the wall time, the run's summary, and the
+  units with the release's function behind each;
+* ``matrix.md`` and ``matrix.html``: release x property, each failure linked to its counterexample and the
+  command that reproduces it;
+* ``<release>/check.json``: the run report.
+
+Triage (``findings/triage.json``): every failure on a release must be explained there, as an upstream defect
+or as a contract change. The script exits 1 when a failure is not triaged or a triaged failure no longer
+reproduces on a release that ran, 2 on bad arguments, 0 otherwise.
+
+Usage: ``python ci/conformance_matrix.py [VERSION ...] [--profile ci] [--jobs 2] [--reuse]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RELEASES_FILE = ROOT / "ci" / "sglang-releases.txt"
+TRIAGE_FILE = ROOT / "findings" / "triage.json"
+NOT_IMPORTABLE = "not importable"
+COLOURS = {
+    "passed": "#2e7d32",
+    "failed": "#c62828",
+    "not applicable": "#9e9e9e",
+    NOT_IMPORTABLE: "#6d4c41",
+    "error": "#ef6c00",
+}
+
+
+def all_releases() -> list[str]:
+    return [ln.strip() for ln in RELEASES_FILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def env_for(release: str, root: Path) -> dict[str, str]:
+    """The release's directory first, then this checkout (its pdverify and strategies), then the base."""
+    return {**os.environ, "PYTHONPATH": f"{root / release}{os.pathsep}{ROOT}", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def prepare(release: str, base: Path, root: Path, reuse: bool, wheels: Path | None) -> dict[str, Any]:
+    record_file = root / release / "release.json"
+    if reuse and record_file.exists():
+        record: dict[str, Any] = json.loads(record_file.read_text())
+        return record
+    cmd = [str(base / "bin" / "python"), str(ROOT / "ci" / "sglang_release_env.py"), release]
+    cmd += ["--base", str(base), "--root", str(root)] + (["--wheels", str(wheels)] if wheels else [])
+    subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if not record_file.exists():
+        return {"release": release, "importable": False, "reason": "the environment builder wrote no record"}
+    built: dict[str, Any] = json.loads(record_file.read_text())
+    return built
+
+
+def run_release(release: str, args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    record = prepare(release, args.base, args.root, args.reuse, args.wheels)
+    row: dict[str, Any] = {
+        "release": release,
+        "importable": bool(record.get("importable")),
+        "reason": record.get("reason", ""),
+    }
+    row["shims"], row["pins"] = record.get("shims", []), record.get("pins", {})
+    if not row["importable"]:
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        return row
+    out = args.out / release
+    out.mkdir(parents=True, exist_ok=True)
+    report = out / "check.json"
+    cmd = [str(args.base / "bin" / "python"), "-m", "pdverify.cli.main", "check", "--target", "sglang"]
+    cmd += ["--profile", args.profile, "--device", "cpu", "--report", str(report)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env_for(release, args.root), check=False, cwd=ROOT)
+    (out / "check.log").write_text(res.stdout + res.stderr)
+    row["exit_code"] = res.returncode
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    if not report.exists():
+        row["importable"] = False
+        row["reason"] = (
+            f"the check wrote no report (exit {res.returncode}): {(res.stderr.strip().splitlines() or [''])[-1]}"
+        )
+        return row
+    data = json.loads(report.read_text())
+    installed = data["target"].get("package_version")
+    if installed != release:
+        row["importable"] = False
+        row["reason"] = (
+            f"the check ran sglang {installed}, not {release}: the release directory does not shadow the base"
+        )
+        return row
+    row["summary"] = data["summary"]
+    row["properties"] = {p["id"]: p for p in data["properties"]}
+    return row
+
+
+def reproduce(release: str, prop: dict[str, Any], profile: str) -> str:
+    return (
+        f"PYTHONPATH=.sglang-releases/{release} .venv-sglang/bin/python -m pdverify.cli.main check --target sglang "
+        f"--profile {profile} --device cpu -k {prop['test']}"
+    )
+
+
+def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> list[str]:
+    """Problems: failures without a triage entry, and triaged failures that ran and did not fail."""
+    problems = []
+    ran = {r["release"]: r["properties"] for r in rows if r.get("properties")}
+    explained = {(rel, t["property"]) for t in triage for rel in t["releases"]}
+    for release, props in ran.items():
+        for pid, p in props.items():
+            if p["status"] == "failed" and (release, pid) not in explained:
+                problems.append(f"sglang {release}: {pid} failed and is not triaged ({p['message'][:160]})")
+    for rel, pid in sorted(explained):
+        if rel in ran and pid in ran[rel] and ran[rel][pid]["status"] != "failed":
+            problems.append(f"sglang {rel}: {pid} is triaged but {ran[rel][pid]['status']} now (no longer reproduces)")
+    return problems
+
+
+def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: list[dict[str, Any]]) -> None:
+    ids: list[str] = []
+    for r in rows:
+        for pid in r.get("properties", {}):
+            if pid not in ids:
+                ids.append(pid)
+    matrix = {
+        r["release"]: (
+            {pid: p["status"] for pid, p in r["properties"].items()}
+            if r.get("properties")
+            else dict.fromkeys(ids, NOT_IMPORTABLE)
+        )
+        for r in rows
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "matrix.json").write_text(json.dumps(matrix, indent=1) + "\n")
+    meta = [{k: v for k, v in r.items() if k != "properties"} for r in rows]
+    (args.out / "releases.json").write_text(json.dumps(meta, indent=1) + "\n")
+    triaged = {(rel, t["property"]): t for t in triage for rel in t["releases"]}
+
+    def short(status: str) -> str:
+        return {"passed": "pass", "failed": "FAIL", "not applicable": "n/a", NOT_IMPORTABLE: "no import"}.get(
+            status, status
+        )
+
+    md = ["| release | " + " | ".join(ids) + " | wall s |", "|---" * (len(ids) + 2) + "|"]
+    for r in rows:
+        cells = []
+        for pid in ids:
+            status = matrix[r["release"]].get(pid, "not applicable")
+            cell = short(status)
+            if status == "failed":
+                t = triaged.get((r["release"], pid))
+                cell = f"**FAIL** ({t['id']})" if t else "**FAIL** (untriaged)"
+            cells.append(cell)
+        md.append(f"| {r['release']} | " + " | ".join(cells) + f" | {r.get('seconds', '')} |")
+    gone = [r for r in rows if not r["importable"]]
+    if gone:
+        md += ["", "Releases that cannot be made importable:", ""]
+        md += [f"* {r['release']}: {r['reason']}" for r in gone]
+    (args.out / "matrix.md").write_text("\n".join(md) + "\n")
+
+    h = [
+        "<!doctype html><meta charset=utf-8><title>pdverify: SGLang release matrix</title>",
+        "<style>body{font:13px sans-serif}td,th{border:1px solid #ddd;padding:2px 4px;text-align:center}"
+        "th{position:sticky;top:0;background:#fff}a{color:#fff}pre{white-space:pre-wrap;font-size:11px}</style>",
+        f"<h1>SGLang release matrix</h1><p>profile {html.escape(args.profile)}, CPU; colour by status.</p>",
+        "<table><tr><th>release</th>" + "".join(f"<th>{html.escape(p)}</th>" for p in ids) + "<th>s</th></tr>",
+    ]
+    details = []
+    for r in rows:
+        tds = []
+        for pid in ids:
+            status = matrix[r["release"]].get(pid, "not applicable")
+            colour = COLOURS.get(status, COLOURS["error"])
+            label = html.escape(short(status))
+            if status == "failed":
+                anchor = f"{r['release']}-{pid}"
+                label = f"<a href='#{html.escape(anchor)}'>{label}</a>"
+                p = r["properties"][pid]
+                t = triaged.get((r["release"], pid))
+                details.append(
+                    f"<h3 id='{html.escape(anchor)}'>sglang {html.escape(r['release'])}: {html.escape(pid)}"
+                    f" ({html.escape(t['id'] + ', ' + t['kind']) if t else 'UNTRIAGED'})</h3>"
+                    f"<p>{html.escape(p['message'])}</p><pre>{html.escape(p.get('counterexample') or '')}</pre>"
+                    f"<p>reproduce: <code>{html.escape(reproduce(r['release'], p, args.profile))}</code></p>"
+                )
+            why = r.get("properties", {}).get(pid, {}).get("message", "") or r.get("reason", "")
+            tds.append(f"<td style='background:{colour};color:#fff' title='{html.escape(why)}'>{label}</td>")
+        h.append(f"<tr><th>{html.escape(r['release'])}</th>{''.join(tds)}<td>{r.get('seconds', '')}</td></tr>")
+    h.append("</table>")
+    h += details
+    (args.out / "matrix.html").write_text("\n".join(h) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="pdverify check on every SGLang release with PD code")
+    ap.add_argument("releases", nargs="*", help="default: every release in ci/sglang-releases.txt")
+    ap.add_argument("--profile", default="ci")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--reuse", action="store_true", help="reuse release environments that are already built")
+    ap.add_argument("--base", type=Path, default=ROOT / ".venv-sglang")
+    ap.add_argument("--root", type=Path, default=ROOT / ".sglang-releases")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
+    ap.add_argument("--wheels", type=Path, default=None, help="a folder of sglang wheels (offline)")
+    ap.add_argument("--triage", type=Path, default=TRIAGE_FILE)
+    args = ap.parse_args(argv)
+    known = all_releases()
+    releases = args.releases or known
+    unknown = [r for r in releases if r not in known]
+    if unknown:
+        print(f"not a release with PD code (ci/sglang-releases.txt): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if not (args.base / "bin" / "python").exists():
+        print(f"no base environment at {args.base}: run ci/build-sglang-env.sh first", file=sys.stderr)
+        return 2
+    args.base, args.root, args.out = args.base.resolve(), args.root.resolve(), args.out.resolve()
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(lambda r: run_release(r, args), releases))
+    for r in rows:
+        state = f"{r['summary']} ({r['seconds']} s)" if r.get("summary") else f"{NOT_IMPORTABLE}: {r['reason']}"
+        print(f"sglang {r['release']}: {state}")
+    triage = json.loads(args.triage.read_text())["triage"] if args.triage.exists() else []
+    write_outputs(rows, args, triage)
+    wall = time.perf_counter() - start
+    print(
+        f"{len(rows)} releases, {sum(1 for r in rows if r['importable'])} importable, wall {wall:.0f} s; "
+        f"reports/matrix/ written"
+    )
+    problems = triage_gate(rows, triage)
+    for p in problems:
+        print(f"TRIAGE: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Version-aware contracts: which SGLang releases' contract a property encodes.
+
+A ``Contract`` is a half-open range of releases ``[since, until)`` with a label. A property checked on a
+release outside its range is *not applicable* ("contract before/after ..."), never passed and never failed: an
+intended contract change is not a defect. Targets that are not a released SGLang (pdverify's ports, user
+targets) have no release, and every contract applies to them.
+
+The first releases below were read from the released wheels (``ci/sglang_release_env.py`` installs them; the
+README's release matrix shows the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+
+@dataclass(frozen=True)
+class Contract:
+    label: str
+    since: str | None = None
+    """The first release whose contract this is (None: every release that has the units)."""
+    until: str | None = None
+    """The first release whose contract differs (None: still current)."""
+
+    def __post_init__(self) -> None:
+        for bound in (self.since, self.until):
+            if bound is not None:
+                Version(bound)  # raises InvalidVersion naming the bound
+
+    def __str__(self) -> str:
+        return self.label
+
+    def not_applicable(self, release: str | None) -> str | None:
+        """Why this contract does not apply to ``release`` (None: it applies)."""
+        if release is None:
+            return None
+        try:
+            version = Version(release)
+        except InvalidVersion:
+            return None  # a development build: check it against the current contract
+        if self.since is not None and version < Version(self.since):
+            return f"not applicable (contract before {self.label}: sglang {release} < {self.since})"
+        if self.until is not None and version >= Version(self.until):
+            return f"not applicable (contract after {self.label}: sglang {release} >= {self.until})"
+        return None
+
+
+ALL_RELEASES = Contract("every release that has the units")
+FROM_31173 = Contract("upstream #31173 (device-side stride, torch input), first released in sglang 0.5.16", "0.5.16")
+FROM_35070 = Contract("upstream #35070 (no PREBUILT prompt copy), first released in sglang 0.5.18", "0.5.18")
+
+# When prepare_for_prebuilt gained each field or rule it now has (first release whose wheel has it):
+FROM_SEQ_LENS_CPU = Contract("seq_lens_cpu and orig_seq_lens are set, first in sglang 0.5.3", "0.5.3")
+FROM_POOL_INDICES_CPU = Contract("req_pool_indices_cpu is set, first in sglang 0.5.13", "0.5.13")
+FROM_CLAMPED_CACHED = Contract(
+    "cached_tokens(_device) grow by max(0, prefix - already_computed), first in sglang 0.5.13", "0.5.13"
+)
+FROM_RETRACTED_STAIN = Contract("a stained (retracted) request's bookkeeping is kept, first in sglang 0.5.6", "0.5.6")
+FROM_REBOOTSTRAP = Contract("PD rebootstrap (pd_rebootstrap_in_progress cleared), first in sglang 0.5.16", "0.5.16")
+FROM_LOGPROB_STARTS_NONE = Contract("extend_logprob_start_lens is None, first in sglang 0.5.15", "0.5.15")
+FROM_PREBUILT_MODE = Contract("ForwardMode.PREBUILT (EXTEND before), first in sglang 0.5.5.post1", "0.5.5.post1")
+
+
+@dataclass
+class InputDomain:
+    """What the inputs of a release's contract can hold, read by the strategies at draw time (a release before
+    a feature never sees inputs that only the feature makes)."""
+
+    decode_prefix: bool = True
+    """Decode-side cached prefixes (``--disaggregation-decode-enable-radix-cache``), from sglang 0.5.11; before,
+    decode's prefix is always 0."""
+    rebootstrap: bool = True
+    """PD rebootstrap (``extend_end`` one past ``seq_len``), from sglang 0.5.16."""
+    release: str | None = field(default=None)
+
+
+DOMAIN = InputDomain()
+DECODE_PREFIX_FROM = "0.5.11"
+REBOOTSTRAP_FROM = "0.5.16"
+
+
+def bind_release(release: str | None) -> InputDomain:
+    """Set ``DOMAIN`` to the contract of ``release`` (None: the current contract, every input)."""
+    try:
+        version = Version(release) if release is not None else None
+    except InvalidVersion:
+        version = None
+    DOMAIN.release = release
+    DOMAIN.decode_prefix = version is None or version >= Version(DECODE_PREFIX_FROM)
+    DOMAIN.rebootstrap = version is None or version >= Version(REBOOTSTRAP_FROM)
+    return DOMAIN

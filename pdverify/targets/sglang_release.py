@@ -1,0 +1,148 @@
+"""The ``sglang`` target for whichever SGLang release is installed: each unit resolved to that release's own code.
+
+Releases moved and renamed the units under test (read from the released wheels, 0.4.4.post2 to 0.5.23):
+
+* ``kv_to_page_indices`` / ``kv_to_page_num``: ``disaggregation/utils.py`` until 0.5.10, ``mem_cache/common.py``
+  from 0.5.11. Until 0.5.15 it takes the host numpy array its call sites made with ``.cpu().numpy()``; the
+  target makes the same conversion before the call (the release's own call-site code), so its result is what
+  the release's sender saw. From 0.5.16 (#31173) it takes the tensor itself.
+* ``page_align_floor`` from 0.5.11; ``suffix_page_indices`` and ``minimax_index_transfer_pages`` in 0.5.23.
+* ``prepare_for_prebuilt_extend`` (0.4.6.post5 to 0.5.5) then ``prepare_for_prebuilt`` (0.5.6 on), over requests
+  whose names changed four times (``pdverify.targets.layouts``: ``sglang-0.5.23`` from 0.5.22, ``sglang-any``
+  before, whose requests carry every era's names, consistent with one another).
+* The scheduler-level units (``send_kv_chunk``, ``decode_page_indices``, ``prefill_exchange``,
+  ``decode_prealloc``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against
+  the 0.5.23 form (``_send_kv_chunk``, ``CommonKVSender`` with ``prepare_send_state_indices``,
+  ``_transfer_page_indices``, ``build_receiver_metadata_message``; 0.5.22 lacks the last two). Earlier releases have
+  these paths in other forms; for them the unit is not supplied and ``unit_sources`` says why, so the report
+  shows "not applicable (... no driver for this release's form)", never a pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from packaging.version import Version
+
+from pdverify.targets.protocol import Target, TargetError
+
+SCHEDULER_DRIVERS_FROM = "0.5.23"
+"""The first release whose scheduler-level PD code has the form the drivers are written against."""
+
+SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
+
+
+def _find(modules: tuple[str, ...], name: str) -> tuple[Any, str] | None:
+    for module in modules:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            return fn, f"{module}.{name}"
+    return None
+
+
+def host_input(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A pre-#31173 ``kv_to_page_indices`` called as its release's call sites did: on ``.cpu().numpy()``."""
+
+    def call(kv_indices: Any, page_size: int, /) -> Any:
+        if isinstance(kv_indices, torch.Tensor):
+            kv_indices = kv_indices.cpu().numpy()
+        return fn(kv_indices, page_size)
+
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "kv_to_page_indices")
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def installed_release() -> str:
+    try:
+        import sglang
+    except ImportError as exc:
+        raise TargetError(
+            f"target 'sglang': cannot import {exc.name or 'sglang'} ({exc}); build the conformance environment with "
+            "ci/build-sglang-env.sh (--release VERSION for another release)"
+        ) from exc
+    return str(getattr(sglang, "__version__", "0"))
+
+
+def sglang_release_target() -> Target:
+    """The installed release's functions, each unit resolved to that release's own code (see the module doc)."""
+    release = installed_release()
+    version = Version(release)
+    units: dict[str, Any] = {}
+    sources: list[tuple[str, str]] = []
+
+    def supply(unit: str, found: tuple[Any, str] | None, absent: str) -> None:
+        if found is None:
+            sources.append((unit, absent))
+        else:
+            units[unit], where = found
+            sources.append((unit, where))
+
+    places = ("sglang.srt.mem_cache.common", "sglang.srt.disaggregation.utils")
+    pages = _find(places, "kv_to_page_indices")
+    if pages is not None and version < Version("0.5.16"):
+        pages = (host_input(pages[0]), f"{pages[1]} (on .cpu().numpy(), as its call sites)")
+    supply(
+        "kv_to_page_indices", pages, f"sglang {release} has no kv_to_page_indices (paged transfer came in 0.4.5.post2)"
+    )
+    supply("kv_to_page_num", _find(places, "kv_to_page_num"), f"sglang {release} has no kv_to_page_num")
+    supply("page_align_floor", _find(places, "page_align_floor"), f"sglang {release} has no page_align_floor")
+    supply("suffix_page_indices", _find(places, "suffix_page_indices"), f"sglang {release} has no suffix_page_indices")
+    supply(
+        "minimax_index_transfer_pages",
+        _find(("sglang.srt.disaggregation.minimax",), "minimax_index_transfer_pages"),
+        f"sglang {release} has no minimax_index_transfer_pages",
+    )
+    mixin = _find((SGLANG_MIXIN,), "ScheduleBatchDisaggregationDecodeMixin")
+    prebuilt = None
+    if mixin is not None:
+        for name in ("prepare_for_prebuilt", "prepare_for_prebuilt_extend"):
+            if hasattr(mixin[0], name):
+                prebuilt = (getattr(mixin[0], name), f"{SGLANG_MIXIN}.ScheduleBatchDisaggregationDecodeMixin.{name}")
+                break
+    supply(
+        "prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation (came in 0.4.6.post5)"
+    )
+
+    scheduler_units = ("send_kv_chunk", "decode_page_indices", "prefill_exchange", "decode_prealloc", "wire_roundtrip")
+    if version >= Version(SCHEDULER_DRIVERS_FROM):
+        from pdverify.targets.sglang_decode import sglang_decode_prealloc
+        from pdverify.targets.sglang_prefill import (
+            sglang_decode_page_indices,
+            sglang_prefill_exchange,
+            sglang_send_kv_chunk,
+        )
+        from pdverify.targets.sglang_wire import sglang_wire_roundtrip
+
+        drivers = (
+            sglang_send_kv_chunk,
+            sglang_decode_page_indices,
+            sglang_prefill_exchange,
+            sglang_decode_prealloc,
+            sglang_wire_roundtrip,
+        )
+        for unit, driver in zip(scheduler_units, drivers, strict=True):
+            supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
+    else:
+        for unit in scheduler_units:
+            sources.append(
+                (unit, f"no driver for sglang {release}'s form of this path (drivers cover {SCHEDULER_DRIVERS_FROM}+)")
+            )
+    layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
+    return Target(
+        name="sglang",
+        description=f"the installed sglang {release}",
+        layout=layout,
+        sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch" if prebuilt else None,
+        package="sglang",
+        release=release,
+        unit_sources=tuple(sources),
+        **units,
+    )
