@@ -122,8 +122,8 @@ def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> lis
     explained = {(rel, t["property"]) for t in triage for rel in t["releases"]}
     for release, props in ran.items():
         for pid, p in props.items():
-            if p["status"] == "failed" and (release, pid) not in explained:
-                problems.append(f"sglang {release}: {pid} failed and is not triaged ({p['message'][:160]})")
+            if p["status"] not in ("passed", "not applicable") and (release, pid) not in explained:
+                problems.append(f"sglang {release}: {pid} {p['status']} and not triaged ({p['message'][:160]})")
     for rel, pid in sorted(explained):
         if rel in ran and pid in ran[rel] and ran[rel][pid]["status"] != "failed":
             problems.append(f"sglang {rel}: {pid} is triaged but {ran[rel][pid]['status']} now (no longer reproduces)")
@@ -161,9 +161,9 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
         for pid in ids:
             status = matrix[r["release"]].get(pid, "not applicable")
             cell = short(status)
-            if status == "failed":
+            if status not in ("passed", "not applicable", NOT_IMPORTABLE):
                 t = triaged.get((r["release"], pid))
-                cell = f"**FAIL** ({t['id']})" if t else "**FAIL** (untriaged)"
+                cell = f"**{cell}** ({t['id']})" if t else f"**{cell}** (untriaged)"
             cells.append(cell)
         md.append(f"| {r['release']} | " + " | ".join(cells) + f" | {r.get('seconds', '')} |")
     gone = [r for r in rows if not r["importable"]]
@@ -186,7 +186,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
             status = matrix[r["release"]].get(pid, "not applicable")
             colour = COLOURS.get(status, COLOURS["error"])
             label = html.escape(short(status))
-            if status == "failed":
+            if status not in ("passed", "not applicable", NOT_IMPORTABLE):
                 anchor = f"{r['release']}-{pid}"
                 label = f"<a href='#{html.escape(anchor)}'>{label}</a>"
                 p = r["properties"][pid]
@@ -216,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
     ap.add_argument("--wheels", type=Path, default=None, help="a folder of sglang wheels (offline)")
     ap.add_argument("--triage", type=Path, default=TRIAGE_FILE)
+    ap.add_argument(
+        "--assemble",
+        action="store_true",
+        help="run nothing: build the matrix from the reports already under --out (one CI job per release)",
+    )
     args = ap.parse_args(argv)
     known = all_releases()
     releases = args.releases or known
@@ -223,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"not a release with PD code (ci/sglang-releases.txt): {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if args.assemble:
+        return finish([assembled(r, args) for r in releases], args, time.perf_counter())
     if not (args.base / "bin" / "python").exists():
         print(f"no base environment at {args.base}: run ci/build-sglang-env.sh first", file=sys.stderr)
         return 2
@@ -230,8 +237,37 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda r: run_release(r, args), releases))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rows.json").write_text(json.dumps(rows) + "\n")
+    return finish(rows, args, start)
+
+
+def assembled(release: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A release's row from what an earlier run left under ``--out`` (its ``rows.json`` or its report)."""
+    saved = args.out / "rows.json"
+    if saved.exists():
+        for row in json.loads(saved.read_text()):
+            if row["release"] == release:
+                return dict(row)
+    meta = args.out / "releases.json"
+    row: dict[str, Any] = {"release": release, "importable": False, "reason": "no report from this release's job"}
+    built = args.root / release / "release.json"
+    if built.exists():
+        row.update({k: v for k, v in json.loads(built.read_text()).items() if k in ("importable", "reason")})
+    if meta.exists():
+        row.update(next((m for m in json.loads(meta.read_text()) if m["release"] == release), {}))
+    report = args.out / release / "check.json"
+    if report.exists():
+        data = json.loads(report.read_text())
+        row.update(
+            importable=True, reason="", summary=data["summary"], properties={p["id"]: p for p in data["properties"]}
+        )
+    return row
+
+
+def finish(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
     for r in rows:
-        state = f"{r['summary']} ({r['seconds']} s)" if r.get("summary") else f"{NOT_IMPORTABLE}: {r['reason']}"
+        state = f"{r['summary']} ({r.get('seconds', '?')} s)" if r.get("summary") else f"{NOT_IMPORTABLE}: {r['reason']}"
         print(f"sglang {r['release']}: {state}")
     triage = json.loads(args.triage.read_text())["triage"] if args.triage.exists() else []
     write_outputs(rows, args, triage)

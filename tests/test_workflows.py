@@ -23,7 +23,7 @@ def readme_commands() -> list[str]:
 
 def test_workflows_validate_against_the_github_schema() -> None:
     exe = shutil.which("check-jsonschema") or str(Path(sys.executable).parent / "check-jsonschema")
-    assert len(WORKFLOWS) == 5
+    assert len(WORKFLOWS) == 6
     result = subprocess.run(
         [exe, "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)], capture_output=True, text=True
     )

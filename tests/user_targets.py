@@ -86,3 +86,7 @@ def _rare_fault(kv_indices: torch.Tensor, page_size: int) -> PageIndices:
 
 
 rare_fault = load_target("pdverify").derive("user-rare-fault", kv_to_page_indices=_rare_fault)
+
+
+old_release = load_target("pdverify").derive("user-old-release", "pdverify's ports, checked as sglang 0.5.10",
+                                             release="0.5.10")  # fmt: skip

@@ -1,0 +1,240 @@
+"""Version-aware contracts, the release-aware pieces that run without SGLang, and the release matrix's gate."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import zipfile
+from array import array
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from packaging.version import InvalidVersion
+
+from pdverify.production import page_index
+from pdverify.properties.releases import ALL_RELEASES, DOMAIN, FROM_35070, Contract, bind_release
+from pdverify.runner import load_properties, run_property
+from pdverify.targets import TargetError, load_target
+from pdverify.targets.layouts import FillIds
+from pdverify.targets.sglang_release import host_input, sglang_release_target
+from strategies import batches
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = ROOT / "ci" / "conformance_matrix.py"
+
+
+def _module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def release_domain() -> Any:
+    yield bind_release
+    bind_release(None)
+
+
+def test_contract_ranges() -> None:
+    c = Contract("x", "0.5.16", "0.5.20")
+    assert c.not_applicable(None) is None  # not a release: every contract applies
+    assert c.not_applicable("0.5.16") is None and c.not_applicable("0.5.19.post1") is None
+    assert "contract before x" in (c.not_applicable("0.5.15.post1") or "")
+    assert "contract after x" in (c.not_applicable("0.5.20") or "")
+    assert c.not_applicable("main-dev") is None  # an unversioned build is held to the current contract
+    assert ALL_RELEASES.not_applicable("0.4.4") is None and str(FROM_35070).startswith("upstream #35070")
+    with pytest.raises(InvalidVersion):
+        Contract("bad", "five")
+
+
+def test_prop_rejects_a_contract_that_is_not_one() -> None:
+    from pdverify.properties.registry import prop
+
+    with pytest.raises(TypeError, match="contract must be"):
+        prop("Z1", "t", needs=(), contract="from 0.5.18")  # type: ignore[arg-type]
+
+
+def test_bind_release_sets_the_input_domain(release_domain: Any) -> None:
+    assert (release_domain("0.5.10").decode_prefix, DOMAIN.rebootstrap) == (False, False)
+    assert (release_domain("0.5.11").decode_prefix, DOMAIN.rebootstrap) == (True, False)
+    assert (release_domain("0.5.16").decode_prefix, DOMAIN.rebootstrap) == (True, True)
+    assert (release_domain("not-a-version").decode_prefix, DOMAIN.rebootstrap) == (True, True)
+    assert (release_domain(None).decode_prefix, DOMAIN.rebootstrap) == (True, True)
+
+
+def test_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
+    release_domain("0.5.10")
+    seen: list[int] = []
+
+    @settings(max_examples=150, database=None, derandomize=True)
+    @given(batch=batches())
+    def old(batch: Any) -> None:
+        for r in batch.reqs:
+            assert r.prefix_len == 0, "a decode prefix before 0.5.11"
+            assert r.extend_end == r.seq_len, "a rebootstrap before 0.5.16"
+            seen.append(r.extend_len)
+
+    old()
+    assert seen and max(seen) > 0
+    release_domain(None)
+    prefixes: list[int] = []
+
+    @settings(max_examples=150, database=None, derandomize=True)
+    @given(batch=batches())
+    def current(batch: Any) -> None:
+        prefixes.extend(r.prefix_len for r in batch.reqs)
+
+    current()
+    assert max(prefixes) > 0, "the current contract draws decode prefixes"
+
+
+def test_a_release_outside_a_contract_is_not_applicable_never_passed(release_domain: Any) -> None:
+    old = load_target("pdverify").derive("old", release="0.5.10")
+    release_domain(old.release)
+    props = load_properties()
+    p22 = run_property(props["P22"], old)
+    assert p22.status == "not applicable" and "contract before upstream #35070" in p22.message
+    p19 = run_property(props["P19"], old)
+    assert p19.status == "passed" and p19.examples > 0
+
+
+def test_check_reports_out_of_range_properties_as_not_applicable(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "tests.user_targets:old_release"]
+    cmd += ["--profile", "ci", "--device", "cpu", "-k", "p22 or p19 or p1_", "--report", str(report)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {p["id"]: p for p in json.loads(report.read_text())["properties"]}
+    assert got["P22"]["status"] == "not applicable" and "sglang 0.5.10 < 0.5.18" in got["P22"]["message"]
+    assert got["P19"]["status"] == "passed" and got["P1"]["status"] == "passed"
+
+
+def test_fill_ids_concatenate_as_list_or_array() -> None:
+    ids = FillIds([5, 6, 7])
+    assert isinstance(ids[1:], FillIds) and ids[0] == 5
+    assert sum([ids[1:], ids], []) == [6, 7, 5, 6, 7]
+    got = sum([ids[1:], ids], array("q"))
+    assert isinstance(got, array) and list(got) == [6, 7, 5, 6, 7]
+    assert ids.__radd__(3) is NotImplemented
+
+
+def test_host_input_calls_a_numpy_era_function_as_its_call_sites_did() -> None:
+    seen: list[Any] = []
+
+    def old_kv_to_page_indices(kv: Any, page_size: int) -> Any:
+        seen.append(kv)
+        return kv[::page_size] // page_size
+
+    wrapped = host_input(old_kv_to_page_indices)
+    out = wrapped(torch.arange(8, dtype=torch.int32), 4)
+    assert isinstance(seen[0], np.ndarray) and seen[0].dtype == np.int32
+    np.testing.assert_array_equal(out, page_index.kv_to_page_indices(torch.arange(8, dtype=torch.int32), 4))
+    assert wrapped.__name__ == "old_kv_to_page_indices" and wrapped(np.arange(4), 2).tolist() == [0, 1]
+
+
+def test_release_target_without_sglang_names_the_fix() -> None:
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed here")
+    with pytest.raises(TargetError, match="build-sglang-env.sh"):
+        sglang_release_target()
+
+
+# --- the environment builder -----------------------------------------------------------------------------
+
+
+def test_release_env_matching_and_pins(tmp_path: Path) -> None:
+    env = _module(ROOT / "ci" / "sglang_release_env.py", "sglang_release_env")
+    assert env._matches("0.4.9.post2", "0.4") and env._matches("0.5.1", "0.5.1") and env._matches("0.5.23", "")
+    assert not env._matches("0.5.10", "0.5.1") and not env._matches("0.5.1.post1", "0.5.1")
+    wheel = tmp_path / "sglang-0.5.6-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "sglang-0.5.6.dist-info/METADATA",
+            "Name: sglang\nRequires-Dist: transformers==4.57.1\nRequires-Dist: torch==2.9.1\n"
+            'Requires-Dist: flashinfer==0.5 ; extra == "cuda"\nRequires-Dist: numpy>=1.26\n',
+        )
+    assert env.release_pins(wheel) == {"transformers": "4.57.1", "torch": "2.9.1"}
+    for shim in ("sgl_kernel", "vllm", "decord"):
+        assert (env.SHIM_DIR / shim / "__init__.py").exists()
+    assert (env.SHIM_DIR / "sitecustomize.py").exists()
+
+
+def test_kernel_shim_imports_and_raises_on_call(tmp_path: Path) -> None:
+    code = (
+        "import sgl_kernel, vllm\n"
+        "from sgl_kernel.kvcacheio import transfer_kv\n"
+        "from vllm._custom_ops import scaled_fp8_quant\n"
+        "class Config(vllm.QuantConfig): pass\n"
+        "assert Config.__mro__[1] is object\n"
+        "print(sgl_kernel.scalar_types.uint4b8)\n"
+        "try:\n    scaled_fp8_quant(1)\nexcept RuntimeError as e:\n    print('raised', e)\n"
+    )
+    env = {"PYTHONPATH": str(ROOT / "ci" / "sglang-shims"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm._custom_ops.scaled_fp8_quant is a CUDA kernel" in proc.stdout
+    assert "sgl_kernel.scalar_types.uint4b8" in proc.stdout
+
+
+# --- the matrix and its triage gate ----------------------------------------------------------------------
+
+
+def _fake_run(out: Path, release: str, statuses: dict[str, str]) -> None:
+    (out / release).mkdir(parents=True)
+    props = [
+        {"id": k, "status": v, "message": f"{k} msg", "test": f"test_{k.lower()}", "counterexample": "f(x=1)"}
+        for k, v in statuses.items()
+    ]
+    report = {"summary": {"passed": 1}, "properties": props, "target": {"package_version": release}}
+    (out / release / "check.json").write_text(json.dumps(report))
+
+
+def _assemble(tmp_path: Path, triage: list[dict[str, Any]]) -> tuple[int, str]:
+    (tmp_path / "triage.json").write_text(json.dumps({"triage": triage}))
+    cmd = [sys.executable, str(MATRIX), "0.5.11", "0.5.12", "0.4.4.post2", "--assemble"]
+    cmd += ["--out", str(tmp_path / "out"), "--triage", str(tmp_path / "triage.json"), "--root", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_matrix_gate_needs_every_failure_triaged(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _fake_run(out, "0.5.11", {"P1": "passed", "P19": "failed", "P22": "not applicable"})
+    _fake_run(out, "0.5.12", {"P1": "passed", "P19": "passed", "P22": "not applicable"})
+    entry = {"id": "T1", "kind": "upstream defect", "property": "P19", "releases": ["0.5.11"]}
+    code, text = _assemble(tmp_path, [])
+    assert code == 1 and "0.5.11: P19 failed and not triaged" in text
+    code, text = _assemble(tmp_path, [entry])
+    assert code == 0, text
+    matrix = json.loads((out / "matrix.json").read_text())
+    assert matrix["0.5.11"] == {"P1": "passed", "P19": "failed", "P22": "not applicable"}
+    assert set(matrix["0.4.4.post2"].values()) == {"not importable"}
+    md = (out / "matrix.md").read_text()
+    assert "**FAIL** (T1)" in md and "0.4.4.post2: no report from this release's job" in md
+    page = (out / "matrix.html").read_text()
+    assert "href='#0.5.11-P19'" in page and "PYTHONPATH=.sglang-releases/0.5.11" in page and "f(x=1)" in page
+    code, text = _assemble(tmp_path, [entry, {**entry, "id": "T2", "releases": ["0.5.12"]}])
+    assert code == 1 and "0.5.12: P19 is triaged but passed now" in text
+
+
+def test_matrix_rejects_an_unknown_release(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(MATRIX), "9.9.9", "--assemble"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "9.9.9" in proc.stderr
+
+
+def test_triage_file_explains_known_failures() -> None:
+    triage = json.loads((ROOT / "findings" / "triage.json").read_text())["triage"]
+    for t in triage:
+        assert t["kind"] in ("upstream defect", "contract change"), t
+        assert t["property"] in load_properties() and t["releases"] and t["what"], t
+        if t["kind"] == "upstream defect":
+            assert t["reachable"] and "first_fixed" in t, t
