@@ -267,7 +267,8 @@ def assembled(release: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def finish(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
     for r in rows:
-        state = f"{r['summary']} ({r.get('seconds', '?')} s)" if r.get("summary") else f"{NOT_IMPORTABLE}: {r['reason']}"
+        ran = f"{r.get('summary')} ({r.get('seconds', '?')} s)"
+        state = ran if r.get("summary") else f"{NOT_IMPORTABLE}: {r['reason']}"
         print(f"sglang {r['release']}: {state}")
     triage = json.loads(args.triage.read_text())["triage"] if args.triage.exists() else []
     write_outputs(rows, args, triage)

@@ -121,7 +121,7 @@ def test_check_reports_out_of_range_properties_as_not_applicable(tmp_path: Path)
 def test_fill_ids_concatenate_as_list_or_array() -> None:
     ids = FillIds([5, 6, 7])
     assert isinstance(ids[1:], FillIds) and ids[0] == 5
-    assert sum([ids[1:], ids], []) == [6, 7, 5, 6, 7]
+    assert sum([ids[1:], ids], []) == [6, 7, 5, 6, 7]  # noqa: RUF017 - how releases before 0.5.7 concatenate
     got = sum([ids[1:], ids], array("q"))
     assert isinstance(got, array) and list(got) == [6, 7, 5, 6, 7]
     assert ids.__radd__(3) is NotImplemented
@@ -144,7 +144,7 @@ def test_host_input_calls_a_numpy_era_function_as_its_call_sites_did() -> None:
 def test_release_target_without_sglang_names_the_fix() -> None:
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed here")
-    with pytest.raises(TargetError, match="build-sglang-env.sh"):
+    with pytest.raises(TargetError, match=r"build-sglang-env\.sh"):
         sglang_release_target()
 
 
