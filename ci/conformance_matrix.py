@@ -9,7 +9,7 @@ Writes ``reports/matrix/``:
 * ``releases.json``: per release, whether it imports (and why not), the wall time, the run's summary, and the
   units with the release's function behind each;
 * ``matrix.md`` and ``matrix.html``: release x property, each failure linked to its counterexample and the
-  command that reproduces it;
+  command that reproduces it; ``summary.md``: one line per release (counts, failures with their triage ids);
 * ``<release>/check.json``: the run report.
 
 Triage (``findings/triage.json``): every failure on a release must be explained there, as an upstream defect
@@ -130,6 +130,26 @@ def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> lis
     return problems
 
 
+def summary_table(
+    rows: list[dict[str, Any]], matrix: dict[str, dict[str, str]], triaged: dict[tuple[str, str], Any]
+) -> str:
+    """One line per release: how many properties passed / were not applicable, and each failure with its triage."""
+    out = ["| release | passed | failed (triage) | not applicable | wall s |", "|---|---|---|---|---|"]
+    for r in rows:
+        statuses = matrix[r["release"]]
+        if not r.get("properties"):
+            out.append(f"| {r['release']} | - | {NOT_IMPORTABLE}: {r.get('reason', '')} | - | {r.get('seconds', '')} |")
+            continue
+        bad = [
+            f"{pid} ({triaged[(r['release'], pid)]['id'] if (r['release'], pid) in triaged else 'UNTRIAGED'})"
+            for pid, st in statuses.items()
+            if st not in ("passed", "not applicable")
+        ]
+        counts = [sum(1 for st in statuses.values() if st == want) for want in ("passed", "not applicable")]
+        out.append(f"| {r['release']} | {counts[0]} | {', '.join(bad) or '-'} | {counts[1]} | {r.get('seconds', '')} |")
+    return "\n".join(out) + "\n"
+
+
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: list[dict[str, Any]]) -> None:
     ids: list[str] = []
     for r in rows:
@@ -171,6 +191,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
         md += ["", "Releases that cannot be made importable:", ""]
         md += [f"* {r['release']}: {r['reason']}" for r in gone]
     (args.out / "matrix.md").write_text("\n".join(md) + "\n")
+    (args.out / "summary.md").write_text(summary_table(rows, matrix, triaged))
 
     h = [
         "<!doctype html><meta charset=utf-8><title>pdverify: SGLang release matrix</title>",

@@ -220,6 +220,7 @@ def test_matrix_gate_needs_every_failure_triaged(tmp_path: Path) -> None:
     assert set(matrix["0.4.4.post2"].values()) == {"not importable"}
     md = (out / "matrix.md").read_text()
     assert "**FAIL** (T1)" in md and "0.4.4.post2: no report from this release's job" in md
+    assert "| 0.5.11 | 1 | P19 (T1) | 1 |" in (out / "summary.md").read_text()
     page = (out / "matrix.html").read_text()
     assert "href='#0.5.11-P19'" in page and "PYTHONPATH=.sglang-releases/0.5.11" in page and "f(x=1)" in page
     code, text = _assemble(tmp_path, [entry, {**entry, "id": "T2", "releases": ["0.5.12"]}])
