@@ -38,6 +38,10 @@ SHIM_DIR = HERE / "sglang-shims"
 PINNED_FROM_RELEASE = ("transformers",)
 """Packages whose release pin is installed in the release directory (with what that pin resolves to)."""
 
+PINNED_ALONE = ("xgrammar",)
+"""Packages installed ``--no-deps`` at the release's pin when the base lacks them (0.5.16 to 0.5.20 import
+``xgrammar`` at module level; its own requirements, torch among them, are the base's)."""
+
 COMMON_EXTRAS = ["fastapi==0.165.0", "opentelemetry-api==1.45.2", "httpx==0.28.1", "httpcore==1.0.9"]
 """Modules every older release imports at module level that the 0.5.23 closure lacks (``--no-deps``)."""
 
@@ -136,6 +140,9 @@ def build(release: str, base: Path, root: Path, wheel_dir: Path | None) -> dict[
                 record["reason"] = str(exc)
                 return record
             overrides.update({n: v for n, v in closure.items() if have.get(n) != v})
+    for name in PINNED_ALONE:
+        if name in pins and name not in have:
+            overrides[name] = pins[name]
     extras = COMMON_EXTRAS + [
         req for prefix, reqs in RELEASE_EXTRAS.items() if _matches(release, prefix) for req in reqs
     ]
