@@ -188,7 +188,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (str(item.path), 0, f"Skipped: CUDA out of memory: {str(exc).splitlines()[0][:200]}")
         report.user_properties.append(("pdverify_status", "skipped (CUDA OOM)"))
     else:
-        report.user_properties.append(("pdverify_status", classify(exc)))
+        status = classify(exc)
+        report.user_properties.append(("pdverify_status", status))
+        if status == "error":
+            needs = item.get_closest_marker("needs")
+            units = tuple(needs.args) if needs is not None else ()
+            report.user_properties.append(("pdverify_error_in", raised_in(exc, units)))
+
+
+def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
+    """Where a target error came from: the units the property calls, and the innermost frame of the code under
+    test (SGLang's own function when the target is a release; else the innermost frame outside pdverify's
+    properties and Hypothesis), so a report names the SGLang function that raised, not only the exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    sglang = [f for f in frames if "/sglang/srt/" in f.filename.replace("\\", "/")]
+    outside = [f for f in frames if not any(p in f.filename for p in ("/hypothesis/", "/_pytest/", "/pluggy/"))]
+    chosen = sglang or outside or list(frames)
+    where = ""
+    if chosen:
+        frame = chosen[-1]
+        module = frame.filename.replace("\\", "/")
+        if sglang:
+            module = "sglang/" + module.rsplit("/sglang/", 1)[1]
+        where = f"; raised in {frame.name} ({module}:{frame.lineno})"
+    return f"target error in unit {', '.join(units) or '?'}{where}: {type(exc).__name__}: {str(exc)[:300]}"
 
 
 def classify(exc: BaseException) -> str:

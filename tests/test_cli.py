@@ -66,7 +66,45 @@ def test_misbehaving_target_is_isolated(tmp_path: Path) -> None:
     assert got == {"P1": "failed", "P4": "error", "P5": "skipped (CUDA OOM)", "P6": "timeout", "P19": "passed"}
     by_id = {p["id"]: p for p in report["properties"]}
     assert "exploded" in by_id["P4"]["message"] and "per-example limit" in by_id["P6"]["message"]
+    p4 = by_id["P4"]["message"]
+    assert re.match(r"target error in unit suffix_page_indices; raised in _raises \(.*user_targets\.py:\d+\): "
+                    r"RuntimeError: device kernel exploded", p4), p4  # fmt: skip
     assert "expected a host numpy array, got list" in by_id["P1"]["message"]
+
+
+STAND_IN_SGLANG = """
+def kv_to_page_indices(kv_indices, page_size):
+    return (kv_indices[::page_size] // page_size).cpu().numpy() if page_size > 1 else kv_indices.scheduler.page_size
+"""
+
+STAND_IN_TARGET = """
+from pdverify.targets import load_target
+from sglang.srt.mem_cache import common
+target = load_target("pdverify").derive("stand-in", kv_to_page_indices=common.kv_to_page_indices)
+"""
+
+
+def test_a_unit_raising_inside_sglang_is_a_target_error_naming_unit_and_function(tmp_path: Path) -> None:
+    """A stand-in that lacks what the real function reads (here: a tensor has no ``scheduler``) is reported as a
+    target error naming the unit and the SGLang function and line; the run goes on; never a pass."""
+    pkg = tmp_path / "sglang" / "srt" / "mem_cache"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "common.py").write_text(STAND_IN_SGLANG)
+    (tmp_path / "stand_in_target.py").write_text(STAND_IN_TARGET)
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "stand_in_target:target", "--profile",
+           "ci", "--device", "cpu", "-k", "p1_ or p5_", "--report", str(report)]  # fmt: skip
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == exitcodes.FAILED, proc.stdout + proc.stderr
+    got = {p["id"]: p for p in json.loads(report.read_text())["properties"]}
+    assert got["P1"]["status"] == "error" and got["P5"]["status"] == "passed"
+    assert got["P1"]["message"].startswith(
+        "target error in unit kv_to_page_indices; raised in kv_to_page_indices (sglang/srt/mem_cache/common.py:3): "
+        "AttributeError"
+    ), got["P1"]["message"]
 
 
 def test_subset_target_reports_not_applicable(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ class Collector:
         elif report.failed:
             res.status = str(props.get("pdverify_status", "error" if report.when != "call" else "failed"))
             text = report.longreprtext
-            res.message = _headline(text)
+            res.message = str(props.get("pdverify_error_in") or _headline(text))
             res.counterexample = _counterexample(text)
             res.kwargs = props.get("pdverify_args")
         elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
