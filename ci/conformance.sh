@@ -16,7 +16,7 @@ code=0
   -m pdverify.cli.main check --target sglang --profile "${PROFILE:-ci}" --device cpu --report "$OUT/check.json" || code=$?
 [ "$code" -le 1 ] || { echo "conformance: pdverify check exited $code" >&2; exit "$code"; }
 "$VENV/bin/python" -m pdverify.cli.main coverage --data "$OUT/.coverage" --functions sglang --out "$OUT" \
-  --title "SGLang 0.5.23: functions under test" \
+  --title "SGLang 0.5.23: functions under test" --unreached ci/sglang-unreached.json --require-explained \
   --include '*/sglang/srt/mem_cache/common.py' '*/sglang/srt/disaggregation/decode_schedule_batch_mixin.py' \
   '*/sglang/srt/disaggregation/minimax.py' '*/sglang/srt/disaggregation/prefill.py' \
   '*/sglang/srt/disaggregation/common/conn.py' '*/sglang/srt/disaggregation/common/staging_buffer.py' \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,47 @@ def test_coverage_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["coverage", "--data", str(tmp_path / "none"), "--functions", "bogus"]) == exitcodes.USAGE
     err = capsys.readouterr().err
     assert "no coverage data" in err and "unknown function set 'bogus'" in err
+
+
+UNREACHED_MODULE = """
+def admit(n, npu):
+    if npu:
+        return -1
+    if n > 8:
+        return 8
+    return n
+"""
+
+
+def test_branches_not_taken_are_explained_or_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdverify.cli.coverage import (
+        NOT_DRIVEN,
+        UNEXPLAINED,
+        UNREACHABLE,
+        FunctionCoverage,
+        load_unreached,
+        markdown,
+        unreached_branches,
+    )
+
+    (tmp_path / "covmod_unreached.py").write_text(UNREACHED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = str(tmp_path / "covmod_unreached.py")
+    region = {"missing_branches": [[3, 4], [5, 6], [5, 7]]}
+    report = {"files": {path: {"functions": {"admit": region}}}}
+    entries_file = tmp_path / "u.json"
+    entries_file.write_text(json.dumps({"entries": [
+        {"function": "admit", "branch": "if npu", "kind": UNREACHABLE, "reason": "NPU only"},
+        {"function": "admit", "branch": "if n > 8", "line": 5, "kind": NOT_DRIVEN, "reason": "big batches"},
+    ]}))  # fmt: skip
+    got = unreached_branches(report, ["covmod_unreached:admit"], load_unreached(entries_file))
+    assert [(u.line, u.target, u.kind) for u in got] == [(3, 4, UNREACHABLE), (5, 6, NOT_DRIVEN), (5, 7, NOT_DRIVEN)]
+    row = FunctionCoverage("covmod_unreached:admit", 6, 4, 4, 1, unreachable=1)
+    text = markdown([row], "t", got)
+    assert "| 1/4 (25%) | 1/3 (33%) |" in text and "NPU only" in text and "0 unexplained" in text
+    region["missing_branches"].append([2, 9])
+    last = unreached_branches(report, ["covmod_unreached:admit"], load_unreached(entries_file))[-1]
+    assert last.kind == UNEXPLAINED and last.source == "def admit(n, npu):"
+    entries_file.write_text(json.dumps({"entries": [{"function": "admit", "branch": "x", "kind": "maybe"}]}))
+    with pytest.raises(ValueError, match="entry 0 needs function, branch, reason"):
+        load_unreached(entries_file)

@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,23 @@ FUNCTION_SETS: dict[str, list[str]] = {
 }
 
 
+UNREACHABLE = "unreachable on CPU"
+NOT_DRIVEN = "not driven"
+UNEXPLAINED = "UNEXPLAINED"
+
+
+@dataclass(frozen=True)
+class Unreached:
+    """A branch the run did not take, and why (an entry of the ``--unreached`` file, or ``UNEXPLAINED``)."""
+
+    function: str
+    line: int
+    target: int
+    source: str
+    kind: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class FunctionCoverage:
     function: str
@@ -87,6 +104,13 @@ class FunctionCoverage:
     branches: int
     covered_branches: int
     contexts: tuple[str, ...] = ()
+    unreachable: int = 0
+    """Branches not taken that cannot be taken on CPU (``--unreached`` entries of that kind)."""
+
+    @property
+    def reachable_pct(self) -> float:
+        reachable = self.branches - self.unreachable
+        return 100.0 * self.covered_branches / reachable if reachable else 100.0
 
     @property
     def line_pct(self) -> float:
@@ -133,16 +157,84 @@ def summarize(
     return out
 
 
-def markdown(rows: list[FunctionCoverage], title: str) -> str:
-    lines = [f"### {title}", "", "| function | lines | branches | run labels |", "|---|---|---|---|"]
+def load_unreached(path: Path) -> list[dict[str, Any]]:
+    """The ``--unreached`` file's entries: ``function`` (a qualname suffix), ``branch`` (a substring of the line
+    the branch leaves), optional ``line``, ``kind`` (``unreachable on CPU`` or ``not driven``) and ``reason``."""
+    entries: list[dict[str, Any]] = json.loads(path.read_text())["entries"]
+    for i, e in enumerate(entries):
+        missing = [k for k in ("function", "branch", "kind", "reason") if not e.get(k)]
+        if missing or e["kind"] not in (UNREACHABLE, NOT_DRIVEN):
+            raise ValueError(
+                f"{path}: entry {i} needs function, branch, reason and a kind of {UNREACHABLE!r} or {NOT_DRIVEN!r}: {e}"
+            )
+    return entries
+
+
+def unreached_branches(report: dict[str, Any], functions: list[str], entries: list[dict[str, Any]]) -> list[Unreached]:
+    """Every branch of ``functions`` the run did not take, each matched to its explanation."""
+    import linecache
+
+    by_path = {os.path.realpath(k): k for k in report["files"]}
+    out = []
+    for spec in functions:
+        module, _, qualname = spec.partition(":")
+        try:
+            path = _module_file(module)
+        except ValueError:
+            continue
+        if path not in by_path:
+            continue
+        region = report["files"][by_path[path]].get("functions", {}).get(qualname) or {}
+        for line, target in region.get("missing_branches", []):
+            source = linecache.getline(path, line).strip()
+            match = next(
+                (
+                    e
+                    for e in entries
+                    if qualname.endswith(e["function"]) and e["branch"] in source and e.get("line", line) == line
+                ),
+                None,
+            )
+            kind, reason = (match["kind"], match["reason"]) if match else (UNEXPLAINED, "no entry explains it")
+            out.append(Unreached(spec, line, target, source, kind, reason))
+    return out
+
+
+def markdown(rows: list[FunctionCoverage], title: str, unreached: list[Unreached] | None = None) -> str:
+    explained = unreached is not None
+    head = "| function | lines | branches | run labels |"
+    if explained:
+        head = "| function | lines | branches | of the branches reachable on CPU | run labels |"
+    lines = [f"### {title}", "", head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
         if r.statements == 0:
-            lines.append(f"| `{r.function}` | not measured | not measured | |")
+            lines.append(f"| `{r.function}` | not measured | not measured |{' |' if explained else ''} |")
             continue
+        reach = f" {r.covered_branches}/{r.branches - r.unreachable} ({r.reachable_pct:.0f}%) |" if explained else ""
         lines.append(
             f"| `{r.function}` | {r.covered_lines}/{r.statements} ({r.line_pct:.0f}%) | "
-            f"{r.covered_branches}/{r.branches} ({r.branch_pct:.0f}%) | {', '.join(r.contexts) or '-'} |"
+            f"{r.covered_branches}/{r.branches} ({r.branch_pct:.0f}%) |{reach} {', '.join(r.contexts) or '-'} |"
         )
+    if unreached is not None:
+        covered = sum(r.covered_branches for r in rows)
+        total = sum(r.branches for r in rows)
+        reachable = total - sum(r.unreachable for r in rows)
+        kinds = {k: sum(1 for u in unreached if u.kind == k) for k in (UNREACHABLE, NOT_DRIVEN, UNEXPLAINED)}
+        lines += [
+            "",
+            f"All functions: {covered}/{total} branches ({100.0 * covered / max(total, 1):.1f}%); of the {reachable} "
+            f"reachable on CPU, {covered} ({100.0 * covered / max(reachable, 1):.1f}%). Branches not taken: "
+            f"{kinds[UNREACHABLE]} unreachable on CPU, {kinds[NOT_DRIVEN]} not driven, "
+            f"{kinds[UNEXPLAINED]} unexplained.",
+            "",
+            "#### Branches not taken",
+            "",
+            "| function | line | leaves | kind | why |",
+            "|---|---|---|---|---|",
+        ]
+        for u in unreached:
+            src = u.source.replace("|", "\\|")[:90]
+            lines.append(f"| `{u.function.split(':')[-1]}` | {u.line}->{u.target} | `{src}` | {u.kind} | {u.reason} |")
     return "\n".join(lines) + "\n"
 
 
@@ -178,6 +270,8 @@ def run_coverage(
     title: str,
     echo: Any = print,
     include: list[str] | None = None,
+    unreached_file: Path | None = None,
+    require_explained: bool = False,
 ) -> int:
     import coverage
 
@@ -194,12 +288,22 @@ def run_coverage(
     cov.html_report(directory=str(out / "html"), show_contexts=True, include=include)
     cov.xml_report(outfile=str(out / "coverage.xml"), include=include)
     rows = summarize(report, functions, _contexts_per_function(cov, report, functions))
-    text = markdown(rows, title)
+    unreached = None
+    if unreached_file is not None:
+        unreached = unreached_branches(report, functions, load_unreached(unreached_file))
+        cannot = {f: sum(1 for u in unreached if u.function == f and u.kind == UNREACHABLE) for f in functions}
+        rows = [replace(r, unreachable=cannot.get(r.function, 0)) for r in rows]
+    text = markdown(rows, title, unreached)
     (out / "summary.md").write_text(text)
     echo(text)
     echo(f"html: {out / 'html' / 'index.html'}\ncobertura xml: {out / 'coverage.xml'}\nmarkdown: {out / 'summary.md'}")
     missing = [r.function for r in rows if r.statements == 0]
     if missing:
         echo(f"not measured (not imported or outside --source): {', '.join(missing)}")
+        return 1
+    unexplained = [u for u in unreached or [] if u.kind == UNEXPLAINED]
+    if require_explained and unexplained:
+        for u in unexplained:
+            echo(f"UNEXPLAINED branch {u.function}:{u.line}->{u.target} ({u.source})")
         return 1
     return 0

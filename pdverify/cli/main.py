@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     cover.add_argument("--out", default="reports/coverage", help="output directory")
     cover.add_argument("--title", default="Coverage of the PD disaggregation paths")
     cover.add_argument("--include", nargs="*", default=None, help="file patterns the reports are restricted to")
+    cover.add_argument("--unreached", default=None,
+                       help="JSON file explaining each branch not taken")  # fmt: skip
+    cover.add_argument("--require-explained", action="store_true",
+                       help="exit 1 when a branch not taken has no entry in --unreached")  # fmt: skip
     return parser
 
 
@@ -225,7 +229,20 @@ def _coverage(args: argparse.Namespace) -> int:
         print(f"pdverify: error: no coverage data at {args.data!r}", file=sys.stderr)
         return exitcodes.USAGE
     out = _writable_dir(args.out)
-    return run_coverage(data, functions, out, [Path(p) for p in args.combine], args.title, include=args.include)
+    unreached = Path(args.unreached) if args.unreached else None
+    if unreached is not None and not unreached.is_file():
+        print(f"pdverify: error: --unreached: no file {args.unreached!r}", file=sys.stderr)
+        return exitcodes.USAGE
+    return run_coverage(
+        data,
+        functions,
+        out,
+        [Path(p) for p in args.combine],
+        args.title,
+        include=args.include,
+        unreached_file=unreached,
+        require_explained=args.require_explained,
+    )
 
 
 def _mutate(args: argparse.Namespace) -> int:
