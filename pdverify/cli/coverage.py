@@ -170,11 +170,9 @@ def load_unreached(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def unreached_branches(report: dict[str, Any], functions: list[str], entries: list[dict[str, Any]]) -> list[Unreached]:
-    """Every branch of ``functions`` the run did not take, each matched to its explanation."""
-    import linecache
-
-    by_path = {os.path.realpath(k): k for k in report["files"]}
+def _regions(report: dict[str, Any], functions: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(spec, real path, coverage region)`` of each function the report measured."""
+    by_path = {os.path.realpath(k): v for k, v in report["files"].items()}
     out = []
     for spec in functions:
         module, _, qualname = spec.partition(":")
@@ -182,9 +180,19 @@ def unreached_branches(report: dict[str, Any], functions: list[str], entries: li
             path = _module_file(module)
         except ValueError:
             continue
-        if path not in by_path:
-            continue
-        region = report["files"][by_path[path]].get("functions", {}).get(qualname) or {}
+        region = by_path.get(path, {}).get("functions", {}).get(qualname)
+        if region:
+            out.append((spec, path, region))
+    return out
+
+
+def unreached_branches(report: dict[str, Any], functions: list[str], entries: list[dict[str, Any]]) -> list[Unreached]:
+    """Every branch of ``functions`` the run did not take, each matched to its explanation."""
+    import linecache
+
+    out = []
+    for spec, path, region in _regions(report, functions):
+        qualname = spec.partition(":")[2]
         for line, target in region.get("missing_branches", []):
             source = linecache.getline(path, line).strip()
             match = next(
@@ -242,18 +250,9 @@ def _contexts_per_function(cov: Any, report: dict[str, Any], functions: list[str
     """Which run labels (coverage contexts) executed each function's lines."""
     data = cov.get_data()
     out: dict[str, set[str]] = {}
-    by_path = {os.path.realpath(k): (k, v) for k, v in report["files"].items()}
     measured = {os.path.realpath(f): f for f in data.measured_files()}
-    for spec in functions:
-        module, _, qualname = spec.partition(":")
-        try:
-            path = _module_file(module)
-        except ValueError:
-            continue
-        if path not in by_path or path not in measured:
-            continue
-        region = by_path[path][1].get("functions", {}).get(qualname)
-        if not region:
+    for spec, path, region in _regions(report, functions):
+        if path not in measured:
             continue
         lines = set(region.get("executed_lines", []))
         per_line = data.contexts_by_lineno(measured[path])

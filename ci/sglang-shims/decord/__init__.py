@@ -4,14 +4,6 @@ The same raising stand-ins as ``ci/sglang-shims/sgl_kernel`` (see its docstring 
 function under test): every name imports, every call raises ``RuntimeError``.
 """
 
-from __future__ import annotations
+import sgl_kernel
 
-import sys
-
-import sgl_kernel as _shim
-
-__version__ = "0.0.0+pdverify-shim"
-__path__: list[str] = []
-PDVERIFY_SHIM = True
-__getattr__ = _shim._kernel_getattr(__name__)
-sys.meta_path.append(_shim._Submodules(__name__))
+sgl_kernel.stub_package(globals())

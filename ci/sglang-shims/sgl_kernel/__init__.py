@@ -59,6 +59,15 @@ def _kernel_getattr(module: str) -> Any:
     return getattr_
 
 
+def stub_package(namespace: dict[str, Any]) -> None:
+    """Make the package whose globals are ``namespace`` a package of raising stand-ins (``vllm``, ``decord``)."""
+    name = namespace["__name__"]
+    namespace.update(
+        __version__="0.0.0+pdverify-shim", __path__=[], PDVERIFY_SHIM=True, __getattr__=_kernel_getattr(name)
+    )
+    sys.meta_path.append(_Submodules(name))
+
+
 __getattr__ = _kernel_getattr(__name__)
 
 
