@@ -296,7 +296,7 @@ def finish(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -
     wall = time.perf_counter() - start
     print(
         f"{len(rows)} releases, {sum(1 for r in rows if r['importable'])} importable, wall {wall:.0f} s; "
-        f"reports/matrix/ written"
+        f"{args.out} written"
     )
     problems = triage_gate(rows, triage)
     for p in problems:
