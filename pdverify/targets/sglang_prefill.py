@@ -50,6 +50,7 @@ class _Manager:
 
     def __init__(self, case: PrefillCase | None, room: int, prepare_state: Any) -> None:
         self.sender_trace_module = None
+        self.enable_trace = False  # what Mooncake's sender reads for the same switch (0.5.21, 0.5.22)
         self.deferred_bootstrap = None
         self.is_dummy_cp_rank = False
         self.attn_dp_rank = 0
@@ -166,11 +167,27 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
 
 
 def _common_sender(manager: Any, room: int) -> Any:  # pragma: no cover - conformance venv
+    """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one leaves ``send``
+    to the transports (0.5.21, 0.5.22: ``CommonKVSender.send`` is a placeholder)."""
+    import inspect
+
     from sglang.srt.disaggregation.common.conn import CommonKVSender
     from sglang.srt.runtime_context import get_parallel
 
-    with get_parallel().override(num_dp_ranks=1):
-        return CommonKVSender(manager, "10.0.0.1:8998", room)
+    sender_class: Any = CommonKVSender
+    if (
+        getattr(CommonKVSender, "__abstractmethods__", None)
+        or "pp_rank" in inspect.signature(CommonKVSender).parameters
+    ):
+        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
+
+        sender_class = MooncakeKVSender
+    parallel = get_parallel()
+    # the DP width is dp_size until 0.5.21, num_dp_ranks (a derived width) from 0.5.22
+    dp_field = "num_dp_ranks" if "num_dp_ranks" in dir(type(parallel)) else "dp_size"
+    extra = [[0], 0] if "pp_rank" in inspect.signature(sender_class).parameters else []  # 0.5.21: TP ranks, PP rank
+    with parallel.override(**{dp_field: 1}):
+        return sender_class(manager, "10.0.0.1:8998", room, *extra)
 
 
 def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
@@ -182,7 +199,8 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = 4242
-    manager = _Manager(None, room, CommonKVManager.prepare_send_state_indices)
+    # a plain send carries no state (0.5.21 and 0.5.22 have no prepare_send_state_indices)
+    manager = _Manager(None, room, getattr(CommonKVManager, "prepare_send_state_indices", None))
     sender = _common_sender(manager, room)
     sender.init(state.num_pages, 0)
     sender.curr_idx = state.curr_idx
@@ -192,6 +210,7 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
     )  # fmt: skip
     req: Any = SimpleNamespace(
         rid="r0", origin_input_ids=[0] * state.origin_len, extend_end=extend_end,
+        extend_range=SimpleNamespace(end=extend_end),  # the 0.5.21 spelling of extend_end
         kv=SimpleNamespace(req_pool_idx=state.req_pool_idx), disagg_kv_sender=sender,
         start_send_idx=state.start_send_idx, disagg_decode_prefix_len=state.decode_prefix_len,
     )  # fmt: skip

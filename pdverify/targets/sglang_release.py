@@ -10,12 +10,14 @@ Releases moved and renamed the units under test (read from the released wheels, 
 * ``prepare_for_prebuilt_extend`` (0.4.6.post5 to 0.5.5) then ``prepare_for_prebuilt`` (0.5.6 on), over requests
   whose names changed four times (``pdverify.targets.layouts``: ``sglang-0.5.23`` from 0.5.22, ``sglang-any``
   before, whose requests carry every era's names, consistent with one another).
-* The scheduler-level units (``send_kv_chunk``, ``decode_page_indices``, ``prefill_exchange``,
-  ``decode_prealloc``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against
-  the 0.5.23 form (``_send_kv_chunk``, ``CommonKVSender`` with ``prepare_send_state_indices``,
-  ``_transfer_page_indices``, ``build_receiver_metadata_message``; 0.5.22 lacks the last two). Earlier releases have
-  these paths in other forms; for them the unit is not supplied and ``unit_sources`` says why, so the report
-  shows "not applicable (... no driver for this release's form)", never a pass.
+* The function-level sender units (``send_kv_chunk``, ``decode_page_indices``: P9-P14, M1) are one call of the
+  release's ``_send_kv_chunk`` with its real KV sender (``CommonKVSender``; Mooncake's on 0.5.21 and 0.5.22, whose
+  ``CommonKVSender.send`` is a placeholder the transports override) and its ``_transfer_page_indices``, from 0.5.21.
+* The scheduler-level units (``prefill_exchange``, ``decode_prealloc``, ``wire_roundtrip``) are driven through
+  SGLang's own methods by drivers written against the 0.5.23 form (``CommonKVManager.prepare_send_state_indices``,
+  ``build_receiver_metadata_message``, which 0.5.22 lacks). Earlier releases have these paths in other forms;
+  for them the unit is not supplied and ``unit_sources`` says why, so the report shows "not applicable (... no
+  driver for this release's form)", never a pass.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pdverify.targets.protocol import Target, TargetError
 
 SCHEDULER_DRIVERS_FROM = "0.5.23"
 """The first release whose scheduler-level PD code has the form the drivers are written against."""
+CHUNK_SENDER_FROM = "0.5.21"
+"""The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units)."""
 
 SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 
@@ -111,29 +115,30 @@ def sglang_release_target() -> Target:
         "prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation (came in 0.4.6.post5)"
     )
 
-    scheduler_units = ("send_kv_chunk", "decode_page_indices", "prefill_exchange", "decode_prealloc", "wire_roundtrip")
+    scheduler_units = ("prefill_exchange", "decode_prealloc", "wire_roundtrip")
     if version >= Version(SCHEDULER_DRIVERS_FROM):
         from pdverify.targets.sglang_decode import sglang_decode_prealloc
-        from pdverify.targets.sglang_prefill import (
-            sglang_decode_page_indices,
-            sglang_prefill_exchange,
-            sglang_send_kv_chunk,
-        )
+        from pdverify.targets.sglang_prefill import sglang_prefill_exchange
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
-        drivers = (
-            sglang_send_kv_chunk,
-            sglang_decode_page_indices,
-            sglang_prefill_exchange,
-            sglang_decode_prealloc,
-            sglang_wire_roundtrip,
-        )
+        drivers: tuple[Any, ...] = (sglang_prefill_exchange, sglang_decode_prealloc, sglang_wire_roundtrip)
         for unit, driver in zip(scheduler_units, drivers, strict=True):
             supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
     else:
         for unit in scheduler_units:
             sources.append(
                 (unit, f"no driver for sglang {release}'s form of this path (drivers cover {SCHEDULER_DRIVERS_FROM}+)")
+            )
+    sender_units = ("send_kv_chunk", "decode_page_indices")
+    if version >= Version(CHUNK_SENDER_FROM):
+        from pdverify.targets.sglang_prefill import sglang_decode_page_indices, sglang_send_kv_chunk
+
+        for unit, driver in zip(sender_units, (sglang_send_kv_chunk, sglang_decode_page_indices), strict=True):
+            supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
+    else:
+        for unit in sender_units:
+            sources.append(
+                (unit, f"no driver for sglang {release}'s form of this path (drivers cover {CHUNK_SENDER_FROM}+)")
             )
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     return Target(
