@@ -239,3 +239,62 @@ def test_triage_file_explains_known_failures() -> None:
         assert t["property"] in load_properties() and t["releases"] and t["what"], t
         if t["kind"] == "upstream defect":
             assert t["reachable"] and "first_fixed" in t, t
+
+
+FAKE_RELEASE = {
+    "sglang/__init__.py": '__version__ = "0.5.10"\n',
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/disaggregation/__init__.py": "",
+    "sglang/srt/disaggregation/utils.py": (
+        "import numpy\n\n"
+        "def kv_to_page_indices(kv_indices, page_size):\n"
+        "    assert isinstance(kv_indices, numpy.ndarray), 'a numpy-era function given a tensor'\n"
+        "    return kv_indices if page_size == 1 else kv_indices[::page_size] // page_size\n\n"
+        "def kv_to_page_num(num_kv_indices, page_size):\n"
+        "    return (num_kv_indices + page_size - 1) // page_size\n"
+    ),
+    "sglang/srt/disaggregation/decode_schedule_batch_mixin.py": (
+        "class ScheduleBatchDisaggregationDecodeMixin:\n"
+        "    def prepare_for_prebuilt_extend(self):\n"
+        "        raise RuntimeError('not called here')\n"
+    ),
+}
+
+
+def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
+    """The release-aware target on a stand-in 0.5.10 tree: page helpers from disaggregation/utils.py called on
+    host arrays, prepare_for_prebuilt_extend over the all-era request layout, every other unit absent with why."""
+    for rel, text in FAKE_RELEASE.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    code = (
+        "import json\n"
+        "from pdverify.targets.sglang_release import sglang_release_target\n"
+        "t = sglang_release_target()\n"
+        "print(json.dumps({'release': t.release, 'layout': t.layout, 'sources': dict(t.unit_sources),\n"
+        "                  'supplies': [u for u in ('kv_to_page_indices', 'kv_to_page_num', 'page_align_floor',\n"
+        "                               'prepare_for_prebuilt', 'send_kv_chunk') if t.supplies(u)]}))\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["release"] == "0.5.10" and got["layout"] == "sglang-any"
+    assert got["supplies"] == ["kv_to_page_indices", "kv_to_page_num", "prepare_for_prebuilt"]
+    sources = got["sources"]
+    assert sources["kv_to_page_indices"].endswith("utils.kv_to_page_indices (on .cpu().numpy(), as its call sites)")
+    assert sources["prepare_for_prebuilt"].endswith(
+        "ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt_extend"
+    )
+    assert "no driver for sglang 0.5.10's form" in sources["send_kv_chunk"]
+    assert "has no page_align_floor" in sources["page_align_floor"]
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "sglang", "--profile", "ci", "--device",
+           "cpu", "-k", "p1_ or p6_ or p9_ or p22", "--report", str(report)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    statuses = {p["id"]: (p["status"], p["message"]) for p in json.loads(report.read_text())["properties"]}
+    assert statuses["P1"][0] == "passed"
+    assert statuses["P6"][0] == "not applicable" and "has no page_align_floor" in statuses["P6"][1]
+    assert "no driver for sglang 0.5.10" in statuses["P9"][1]
+    assert "contract before upstream #35070" in statuses["P22"][1]
