@@ -66,6 +66,8 @@ class PrefillCase:
     """Unified memory: the transfer translates virtual token ids to physical ones (``+ offset``, int64);
     None: the identity (ids stay int32)."""
     state_types: tuple[str, ...] = ()
+    overlap: bool = False
+    """The overlap scheduler: an early send records the prior forward's completion event for its transfer."""
     host_tensor_indices: bool = False
     """The sender takes host torch tensors (Mooncake's ``supports_host_tensor_indices``): the page list is
     strided on the device into a pinned host tensor behind a CUDA event instead of ``kv_to_page_indices``."""
@@ -137,6 +139,9 @@ class Transfer:
     aux_index: int | None
     state: tuple[tuple[int, ...], ...] | None
     num_kv_tokens: int | None
+    waits_on_forward: bool = False
+    """It carries the early send's completion event (overlap scheduling): the transfer worker waits for the
+    prior step's forward to finish writing the prefix pages before it reads them."""
 
 
 @dataclass

@@ -250,6 +250,31 @@ def early_as_last(case: PrefillCase, device: str) -> PrefillTrace:
         return port.prefill_exchange(case, device)
 
 
+@mutant(
+    "XO01", "prefill_exchange", "dropped event", "overlap early send records the forward event but never hands it on"
+)
+def early_event_dropped(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, overlap=False), device)
+
+
+@mutant("XO02", "prefill_exchange", "missing update", "the early send's event is never cleared: every later send waits")
+def early_event_sticks(case: PrefillCase, device: str) -> PrefillTrace:
+    original = port.CommonSender.send
+
+    def send(self: port.CommonSender, *args: object, **kwargs: object) -> None:
+        pending = self.early_send_wait
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.early_send_wait = pending
+
+    with mock.patch.object(port.CommonSender, "send", send):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XO03", "prefill_exchange", "wrong condition", "the forward event is recorded without the overlap scheduler")
+def early_event_always(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, overlap=True), device)
+
+
 @mutant("XH01", "prefill_exchange", "wrong divisor", "host-tensor path strides but does not divide by page size")
 def host_tensor_not_divided(case: PrefillCase, device: str) -> PrefillTrace:
     with mock.patch.object(port, "host_tensor_pages", lambda kv, ps: kv[::ps].cpu()):

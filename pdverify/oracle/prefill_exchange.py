@@ -50,6 +50,15 @@ def state_lists(case: PrefillCase) -> list[list[int]]:
     return out
 
 
+def early_send_waits(case: PrefillCase) -> bool:
+    """S15: whether the first transfer must wait on the prior step's forward. Under the overlap scheduler an early
+    send of a device prefix beyond ``D`` (page-aligned; it comes before any chunk) records the forward's completion
+    event, and the first transfer that follows carries it - the early send's own, or the next one if the early
+    send shipped nothing. No other transfer waits."""
+    early = case.early_prefix
+    return case.overlap and early is not None and early > case.decode_prefix and early % case.page_size == 0
+
+
 def grid_boundaries(case: PrefillCase) -> set[int]:
     """Token positions where a send may end before ``L`` (P12): page boundaries; with staging, only the grid
     ``D + k * grid``."""

@@ -43,6 +43,8 @@ class CommonSender:
     aux_index: int | None = None
     curr_idx: int = 0
     transfers: list[Transfer] = field(default_factory=list)
+    early_send_wait: bool = False
+    """An early send's completion event is pending: the next transfer carries it (and clears it)."""
 
     def init(self, num_kv_indices: int, aux_index: int | None) -> None:
         self.num_kv_indices, self.aux_index = num_kv_indices, aux_index
@@ -56,6 +58,7 @@ class CommonSender:
         start = self.curr_idx
         self.curr_idx += len(pages)
         is_last = self.curr_idx == self.num_kv_indices
+        waits, self.early_send_wait = self.early_send_wait, False
         self.transfers.append(
             Transfer(
                 pages=tuple(int(p) for p in pages),
@@ -66,6 +69,7 @@ class CommonSender:
                 aux_index=self.aux_index if is_last else None,
                 state=tuple(tuple(int(v) for v in s) for s in state) if is_last and state is not None else None,
                 num_kv_tokens=num_kv_tokens,
+                waits_on_forward=waits,
             )
         )
 
@@ -192,6 +196,8 @@ def maybe_send_cached_prefix_chunk(req: PrefillRequest, extend_end: int) -> None
     assert cached_end is not None
     if cached_end <= req.start_send_idx or cached_end % case.page_size:
         return
+    if case.overlap:  # the prior step's forward may still write these pages: the transfer must wait for it
+        req.sender.early_send_wait = True
     send_kv_chunk(req, extend_end, last_chunk=False, end_idx=cached_end)
 
 

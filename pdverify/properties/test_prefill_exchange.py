@@ -41,6 +41,11 @@ EXAMPLES = [
     _spec_case(chunk_ends=(23,), early_prefix=12, translate_offset=400),
     _spec_case(chunk_ends=(23,), early_prefix=13),
     _spec_case(chunk_ends=(22, 23), chunked_prefill_size=8, early_prefix=20),
+    _spec_case(chunk_ends=(10, 23), early_prefix=12, overlap=True),
+    # an SWA ring whose window (positions 17..22) wraps round the ring (size 6): rows 5, 0, 1, 2, 3, 4
+    _spec_case(state_types=("SWA_RING",), window=6, ring_size=6),
+    # overlap, and a staging grid (16) that leaves the early send nothing to ship: the next transfer waits
+    _spec_case(chunk_ends=(23,), chunked_prefill_size=16, early_prefix=12, overlap=True),
     PrefillCase(4, 20, 20, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(20)), (20,), state_types=("DSA",)),
     # an SWA window whose raw start (L - W = 19) is mid-page: floored to 16 it spans two pages
     PrefillCase(
@@ -173,6 +178,25 @@ def test_s13_one_last(target: Target, device: str, case: PrefillCase) -> None:
     assert not early, f"aux or state on a non-final transfer {early}: {_show(trace.transfers)}"
     assert trace.metadata_sets == 1, (
         f"the metadata buffer was set {trace.metadata_sets} times (once, by the last chunk)"
+    )
+
+
+@examples_of
+@prop(
+    "S15",
+    "overlap scheduling: the first transfer after an early send waits on the prior forward's completion event; "
+    "no other transfer waits, and none without overlap",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s15_early_send_waits_on_forward(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    waits = [t.waits_on_forward for t in trace.transfers]
+    want = oracle.early_send_waits(case)
+    note_event(f"overlap: {case.overlap}, waits: {want}")
+    assert waits == [want] + [False] * (len(waits) - 1), (
+        f"transfers waiting on the forward {waits}, expected only the first to {'' if want else 'not '}wait "
+        f"(overlap={case.overlap}, early prefix {case.early_prefix}, D={case.decode_prefix}): {_show(trace.transfers)}"
     )
 
 

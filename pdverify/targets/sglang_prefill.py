@@ -87,6 +87,7 @@ class _Manager:
                 aux_index=kw.get("aux_index"),
                 state=None if state is None else tuple(int_tuple(s) for s in state),
                 num_kv_tokens=kw.get("num_kv_tokens"),
+                waits_on_forward=kw.get("wait_event") is not None,
             )
         )
 
@@ -101,7 +102,8 @@ class _FakeEvent:
 class TorchWithoutCuda:
     """The ``torch`` name inside ``sglang.srt.disaggregation.prefill`` on a machine without CUDA.
 
-    Forwards everything to torch except the three calls of the host-tensor path that need a CUDA driver:
+    Forwards everything to torch except the calls that need a CUDA driver, of the host-tensor path and of the
+    overlap scheduler's early send (which records the forward's completion event):
     ``torch.empty(..., pin_memory=True)`` (the pin is dropped: pinning changes where a host tensor lives, not its
     values), ``torch.cuda.Event().record(...)`` and ``torch.cuda.current_stream()`` (no-ops: there is no stream to
     order). The formula under test, ``kv[::ps] // ps`` and the copy into the host tensor, runs unchanged.
@@ -288,7 +290,9 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     )
     if case.host_tensor_indices:
         sender.supports_host_tensor_indices = True
-    shim = case.host_tensor_indices and not torch.cuda.is_available()
+    sched.enable_overlap = case.overlap
+    sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
+    shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
     with (
         _patched_schedule(prefill, case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
