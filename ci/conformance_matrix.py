@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RELEASES_FILE = ROOT / "ci" / "sglang-releases.txt"
 TRIAGE_FILE = ROOT / "findings" / "triage.json"
 NOT_IMPORTABLE = "not importable"
+SETTLED = ("passed", "not applicable", NOT_IMPORTABLE)
+"""Statuses that need no triage; every other one (failed, error, timeout, flaky, ...) does."""
 COLOURS = {
     "passed": "#2e7d32",
     "failed": "#c62828",
@@ -122,7 +124,7 @@ def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> lis
     explained = {(rel, t["property"]) for t in triage for rel in t["releases"]}
     for release, props in ran.items():
         for pid, p in props.items():
-            if p["status"] not in ("passed", "not applicable") and (release, pid) not in explained:
+            if p["status"] not in SETTLED and (release, pid) not in explained:
                 problems.append(f"sglang {release}: {pid} {p['status']} and not triaged ({p['message'][:160]})")
     for rel, pid in sorted(explained):
         if rel in ran and pid in ran[rel] and ran[rel][pid]["status"] != "failed":
@@ -143,7 +145,7 @@ def summary_table(
         bad = [
             f"{pid} ({triaged[(r['release'], pid)]['id'] if (r['release'], pid) in triaged else 'UNTRIAGED'})"
             for pid, st in statuses.items()
-            if st not in ("passed", "not applicable")
+            if st not in SETTLED
         ]
         counts = [sum(1 for st in statuses.values() if st == want) for want in ("passed", "not applicable")]
         out.append(f"| {r['release']} | {counts[0]} | {', '.join(bad) or '-'} | {counts[1]} | {r.get('seconds', '')} |")
@@ -181,7 +183,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
         for pid in ids:
             status = matrix[r["release"]].get(pid, "not applicable")
             cell = short(status)
-            if status not in ("passed", "not applicable", NOT_IMPORTABLE):
+            if status not in SETTLED:
                 t = triaged.get((r["release"], pid))
                 cell = f"**{cell}** ({t['id']})" if t else f"**{cell}** (untriaged)"
             cells.append(cell)
@@ -207,7 +209,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
             status = matrix[r["release"]].get(pid, "not applicable")
             colour = COLOURS.get(status, COLOURS["error"])
             label = html.escape(short(status))
-            if status not in ("passed", "not applicable", NOT_IMPORTABLE):
+            if status not in SETTLED:
                 anchor = f"{r['release']}-{pid}"
                 label = f"<a href='#{html.escape(anchor)}'>{label}</a>"
                 p = r["properties"][pid]

@@ -115,31 +115,29 @@ def sglang_release_target() -> Target:
         "prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation (came in 0.4.6.post5)"
     )
 
-    scheduler_units = ("prefill_exchange", "decode_prealloc", "wire_roundtrip")
-    if version >= Version(SCHEDULER_DRIVERS_FROM):
+    def drive(units: tuple[str, ...], since: str, load: Callable[[], tuple[Any, ...]]) -> None:
+        """Supply ``units`` with pdverify's drivers of SGLang's own methods from release ``since``."""
+        if version < Version(since):
+            for unit in units:
+                sources.append((unit, f"no driver for sglang {release}'s form of this path (drivers cover {since}+)"))
+            return
+        for unit, driver in zip(units, load(), strict=True):
+            supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
+
+    def scheduler_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_decode import sglang_decode_prealloc
         from pdverify.targets.sglang_prefill import sglang_prefill_exchange
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
-        drivers: tuple[Any, ...] = (sglang_prefill_exchange, sglang_decode_prealloc, sglang_wire_roundtrip)
-        for unit, driver in zip(scheduler_units, drivers, strict=True):
-            supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
-    else:
-        for unit in scheduler_units:
-            sources.append(
-                (unit, f"no driver for sglang {release}'s form of this path (drivers cover {SCHEDULER_DRIVERS_FROM}+)")
-            )
-    sender_units = ("send_kv_chunk", "decode_page_indices")
-    if version >= Version(CHUNK_SENDER_FROM):
+        return sglang_prefill_exchange, sglang_decode_prealloc, sglang_wire_roundtrip
+
+    def sender_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_prefill import sglang_decode_page_indices, sglang_send_kv_chunk
 
-        for unit, driver in zip(sender_units, (sglang_send_kv_chunk, sglang_decode_page_indices), strict=True):
-            supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
-    else:
-        for unit in sender_units:
-            sources.append(
-                (unit, f"no driver for sglang {release}'s form of this path (drivers cover {CHUNK_SENDER_FROM}+)")
-            )
+        return sglang_send_kv_chunk, sglang_decode_page_indices
+
+    drive(("prefill_exchange", "decode_prealloc", "wire_roundtrip"), SCHEDULER_DRIVERS_FROM, scheduler_drivers)
+    drive(("send_kv_chunk", "decode_page_indices"), CHUNK_SENDER_FROM, sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     return Target(
         name="sglang",
