@@ -37,6 +37,8 @@ def require_index_list(name: str, value: Any) -> list[int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise ValueError(f"{name} must be a sequence of integers, got {type(value).__name__}")
     out = list(value)
+    if set(map(type, out)) <= {int}:  # the common case, without a Python-level check per element
+        return out
     for i, v in enumerate(out):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise ValueError(f"{name}[{i}] must be an integer, got {type(v).__name__} {v!r}")

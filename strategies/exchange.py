@@ -7,9 +7,10 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
+from strategies._choices import Choices
 from strategies._seeded import distinct_sample
 from strategies._validate import check_int
-from strategies.layouts import chunk_schedules, page_sizes
+from strategies.layouts import draw_chunk_ends, page_size_list
 
 MODES = ("plain", "dcp", "staging")
 
@@ -32,32 +33,37 @@ def prefill_cases(
 
 @st.composite
 def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
-    ps = draw(page_sizes(max_size=max_page_size))
-    n = draw(st.integers(0, max_length))
-    d = draw(st.integers(0, n // ps)) * ps
+    return draw_prefill_case(Choices(draw), max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size)
+
+
+def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
+    """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
+    ps = c.pick(page_size_list(max_page_size))
+    n = c.integer(0, max_length)
+    d = c.integer(0, n // ps) * ps
     count = pages_needed(n, ps)
-    row = tuple(token_locations(distinct_sample(draw, 1, count + 64, count), n, ps))
-    ends = tuple(draw(chunk_schedules(n, max_chunks=max_chunks)))
-    mode = draw(st.sampled_from(MODES))
-    early = draw(st.none() | st.integers(0, n - 1)) if n else None
-    window = draw(st.integers(1, 40))
+    row = tuple(token_locations(distinct_sample(c, 1, count + 64, count), n, ps))
+    ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
+    mode = c.pick(MODES)
+    early = c.integer(0, n - 1) if n and c.boolean() else None
+    window = c.integer(1, 40)
     return PrefillCase(
         page_size=ps,
         length=n,
         decode_prefix=d,
         row=row,
         chunk_ends=ends,
-        req_pool_idx=draw(st.integers(0, 3)),
-        dcp_max_tokens=draw(st.integers(1, 4)) * ps if mode == "dcp" else None,
-        chunked_prefill_size=draw(st.integers(1, 4 * ps)) if mode == "staging" else None,
+        req_pool_idx=c.integer(0, 3),
+        dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
+        chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
         early_prefix=early,
-        translate_offset=draw(st.none() | st.integers(1, 4096).map(lambda k: k * ps)),
-        state_types=tuple(draw(st.lists(st.sampled_from(STATE_TYPES), unique=True, max_size=4))),
-        host_tensor_indices=draw(st.booleans()),
-        overlap=draw(st.booleans()),
+        translate_offset=c.integer(1, 4096) * ps if c.boolean() else None,
+        state_types=tuple(c.subset(STATE_TYPES, 4)),
+        host_tensor_indices=c.boolean(),
+        overlap=c.boolean(),
         window=window,
-        ring_size=window + draw(st.integers(0, 8)),
-        aux_index=draw(st.integers(0, 2**31 - 1)),
+        ring_size=window + c.integer(0, 8),
+        aux_index=c.integer(0, 2**31 - 1),
     )
 
 
@@ -82,22 +88,27 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 
 @st.composite
 def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> DecodeCase:
-    ps = draw(page_sizes(max_size=max_page_size))
-    n = draw(st.integers(1, max_length))
-    outputs = draw(st.integers(0, 3))
+    return draw_decode_case(Choices(draw), max_length=max_length, max_page_size=max_page_size)
+
+
+def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int) -> DecodeCase:
+    """``decode_cases``' example, drawn from ``c``."""
+    ps = c.pick(page_size_list(max_page_size))
+    n = c.integer(1, max_length)
+    outputs = c.integer(0, 3)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
-    if draw(st.booleans()):  # decode radix cache (and HiCache) on
-        d = draw(st.integers(0, n // ps)) * ps
-        l1 = draw(st.integers(0, d // ps)) * ps
+    if c.boolean():  # decode radix cache (and HiCache) on
+        d = c.integer(0, n // ps) * ps
+        l1 = c.integer(0, d // ps) * ps
     needed = l1 // ps + pages_needed(fill, ps) + 8
-    pages = distinct_sample(draw, 1, needed + 32, needed)
+    pages = distinct_sample(c, 1, needed + 32, needed)
     width = fill + ps
     stale = [0] * width
-    if draw(st.booleans()):  # a reused row: an earlier request's ids are still there
-        old = distinct_sample(draw, 1, needed + 32, pages_needed(width, ps))
+    if c.boolean():  # a reused row: an earlier request's ids are still there
+        old = distinct_sample(c, 1, needed + 32, pages_needed(width, ps))
         stale = token_locations(old, width, ps)
-    window = draw(st.integers(1, 40))
+    window = c.integer(1, 40)
     return DecodeCase(
         page_size=ps,
         length=n,
@@ -106,10 +117,10 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(pages[l1 // ps :]),
-        state_types=tuple(draw(st.lists(st.sampled_from(STATE_TYPES), unique=True, max_size=4))),
+        state_types=tuple(c.subset(STATE_TYPES, 4)),
         window=window,
-        ring_size=window + draw(st.integers(0, 8)),
-        aux_index=draw(st.integers(0, 2**31 - 1)),
+        ring_size=window + c.integer(0, 8),
+        aux_index=c.integer(0, 2**31 - 1),
     )
 
 
@@ -123,12 +134,13 @@ def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 
 @st.composite
 def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
-    dec = draw(_decode_cases(max_length=max_length, max_page_size=max_page_size))
+    c = Choices(draw)
+    dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
     ps, n = dec.page_size, dec.length
-    pre = draw(_prefill_cases(max_length=n, max_chunks=4, max_page_size=ps))
+    pre = draw_prefill_case(c, max_length=n, max_chunks=4, max_page_size=ps)
     count = pages_needed(n, ps)
-    row = tuple(token_locations(distinct_sample(draw, 1, count + 64, count), n, ps))
-    ends = tuple(draw(chunk_schedules(n, max_chunks=4)))
+    row = tuple(token_locations(distinct_sample(c, 1, count + 64, count), n, ps))
+    ends = tuple(draw_chunk_ends(c, n, max_chunks=4))
     early = pre.early_prefix if pre.early_prefix is not None and pre.early_prefix < n else None
     return (
         PrefillCase(

@@ -7,11 +7,13 @@ pages >= 1, prefixes page-aligned, ``0 <= D <= L``); out-of-contract inputs are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
 from pdverify.model.layout import PagedRow, pages_needed
+from strategies._choices import Choices
 from strategies._seeded import distinct_sample
 from strategies._validate import check_int, check_range
 
@@ -24,15 +26,23 @@ def page_sizes(*, max_size: int = 256, odd: bool = True) -> st.SearchStrategy[in
     Shrinks towards 1.
     """
     check_int("max_size", max_size, minimum=1)
+    return st.sampled_from(page_size_list(max_size, odd=odd))
+
+
+def page_size_list(max_size: int, *, odd: bool = True) -> tuple[int, ...]:
+    """What ``page_sizes`` draws from, ascending."""
     sizes = {1 << k for k in range(max_size.bit_length()) if 1 << k <= max_size}
     if odd:
         sizes |= {s for s in ODD_PAGE_SIZES if s <= max_size}
-    return st.sampled_from(sorted(sizes))
+    return tuple(sorted(sizes))
+
+
+INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def index_dtypes() -> st.SearchStrategy[torch.dtype]:
     """The index dtypes of token locations: int32 (``req_to_token`` rows) and int64 (translated indices)."""
-    return st.sampled_from([torch.int32, torch.int64])
+    return st.sampled_from(INDEX_DTYPES)
 
 
 def paged_rows(
@@ -62,8 +72,12 @@ def paged_rows(
 
 
 @st.composite
-def _paged_rows(
-    draw: st.DrawFn,
+def _paged_rows(draw: st.DrawFn, /, page_size: int | st.SearchStrategy[int] | None = None, **kw: Any) -> PagedRow:
+    return draw_paged_row(Choices(draw), page_size, **kw)
+
+
+def draw_paged_row(
+    c: Choices,
     page_size: int | st.SearchStrategy[int] | None = None,
     *,
     min_length: int = 0,
@@ -71,17 +85,18 @@ def _paged_rows(
     prefix: bool = True,
     spare_pages: int = 64,
 ) -> PagedRow:
+    """``paged_rows``' example, drawn from ``c`` (arguments already validated)."""
     if page_size is None:
-        ps = draw(page_sizes())
+        ps = c.pick(page_size_list(256))
     elif isinstance(page_size, st.SearchStrategy):
-        ps = draw(page_size)
+        ps = c.draw(page_size)
     else:
         ps = page_size
-    length = draw(st.integers(min_length, max_length))
+    length = c.integer(min_length, max_length)
     count = pages_needed(length, ps)
     pool = count + spare_pages
-    pages = distinct_sample(draw, 1, pool, count)
-    d = draw(st.integers(0, length // ps)) * ps if prefix else 0
+    pages = distinct_sample(c, 1, pool, count)
+    d = c.integer(0, length // ps) * ps if prefix else 0
     return PagedRow(tuple(pages), length, ps, d)
 
 
@@ -99,13 +114,14 @@ def chunk_schedules(
 
 
 @st.composite
-def _chunk_schedules(
-    draw: st.DrawFn,
-    length: int,
-    *,
-    max_chunks: int = 8,
-) -> list[int]:
-    inner = draw(st.lists(st.integers(0, max(0, length - 1)), max_size=max_chunks - 1 if length else 0))
+def _chunk_schedules(draw: st.DrawFn, length: int, *, max_chunks: int = 8) -> list[int]:
+    return draw_chunk_ends(Choices(draw), length, max_chunks=max_chunks)
+
+
+def draw_chunk_ends(c: Choices, length: int, *, max_chunks: int = 8) -> list[int]:
+    """``chunk_schedules``' example, drawn from ``c``: how many inner ends (shrinks to none: one chunk), then
+    each end."""
+    inner = [c.integer(0, length - 1) for _ in range(c.integer(0, max_chunks - 1 if length else 0))]
     return [*sorted(inner), length]
 
 
@@ -141,7 +157,10 @@ def pd_pairs(
 ) -> st.SearchStrategy[PDPair]:
     """A request's prefill row and decode row (independently fragmented), its decode prefix, a chunk schedule
     for prefill and the index dtype of the tables (int32 or int64)."""
-
+    check_int("max_length", max_length)
+    check_int("max_chunks", max_chunks, minimum=1)
+    if page_size is not None and not isinstance(page_size, st.SearchStrategy):
+        check_int("page_size", page_size, minimum=1)
     return _pd_pairs(page_size=page_size, max_length=max_length, max_chunks=max_chunks)
 
 
@@ -153,12 +172,13 @@ def _pd_pairs(
     max_length: int = 1024,
     max_chunks: int = 8,
 ) -> PDPair:
-    decode = draw(paged_rows(page_size, max_length=max_length))
+    c = Choices(draw)
+    decode = draw_paged_row(c, page_size, max_length=max_length)
     ps, n = decode.page_size, decode.length
     count = pages_needed(n, ps)
-    pages = distinct_sample(draw, 1, count + 64, count)
+    pages = distinct_sample(c, 1, count + 64, count)
     prefill = PagedRow(tuple(pages), n, ps, decode.prefix_len)
-    return PDPair(prefill, decode, draw(chunk_schedules(n, max_chunks=max_chunks)), draw(index_dtypes()))
+    return PDPair(prefill, decode, draw_chunk_ends(c, n, max_chunks=max_chunks), c.pick(INDEX_DTYPES))
 
 
 def token_index_lists(*, max_size: int = 512, max_value: int = 2**31 - 1) -> st.SearchStrategy[list[int]]:

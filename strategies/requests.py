@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
 from pdverify.model.layout import token_locations
 from pdverify.properties.releases import DOMAIN
-from strategies._seeded import SEEDS
+from strategies._choices import Choices
 from strategies._validate import check_int
 from strategies.fields import REGISTRY
-from strategies.layouts import page_sizes
+from strategies.layouts import page_size_list
 
 
 def requests(
@@ -40,20 +40,25 @@ def requests(
 
 
 @st.composite
-def _requests(
-    draw: st.DrawFn,
+def _requests(draw: st.DrawFn, /, req_pool_idx: int, **kw: Any) -> Request:
+    return draw_request(Choices(draw), req_pool_idx, **kw)
+
+
+def draw_request(
+    c: Choices,
     req_pool_idx: int,
     *,
     max_prompt: int = 64,
     max_output: int = 4,
     page_size: int = 1,
 ) -> Request:
+    """``requests``' example, drawn from ``c`` (arguments already validated)."""
     # Four choices per request: the lengths and the prefix (what every output depends on) are drawn and shrink
     # on their own; the bookkeeping, flags, logprob and multimodal settings come from one ``detail`` seed
     # (``request_details``), which shrinks to 0: every switch off and every counter 0.
-    n_prompt = draw(st.integers(0, max_prompt))
-    n_output = draw(st.integers(0, max_output))
-    detail = draw(SEEDS)
+    n_prompt = c.integer(0, max_prompt)
+    n_output = c.integer(0, max_output)
+    detail = c.seed()
     rng = random.Random(detail)
     rebootstrap = n_output > 0 and detail != 0 and rng.random() < 0.25 and DOMAIN.rebootstrap
     seq_len = n_prompt + max(0, n_output - 1)
@@ -61,9 +66,9 @@ def _requests(
     if not DOMAIN.decode_prefix:  # a release before decode-side prefixes: decode's prefix is always 0
         prefix = 0
     elif detail == 0 or rng.random() < 0.5:
-        prefix = draw(st.integers(0, extend_end // page_size)) * page_size
+        prefix = c.integer(0, extend_end // page_size) * page_size
     else:
-        prefix = draw(st.integers(0, extend_end))
+        prefix = c.integer(0, extend_end)
     tokens = [(detail + 7919 * i) % 50_001 for i in range(n_prompt + n_output)]
     return Request(
         req_pool_idx=req_pool_idx,
@@ -71,7 +76,7 @@ def _requests(
         extend_len=extend_end - prefix,
         origin_input_ids=tokens[:n_prompt],
         output_ids=tokens[n_prompt:],
-        extra={name: draw(spec.strategy) for name, spec in REGISTRY.items()},
+        extra={name: c.draw(spec.strategy) for name, spec in REGISTRY.items()},
         **request_details(
             detail, rng, n_prompt=n_prompt, prefix=prefix, extend_end=extend_end, rebootstrap=rebootstrap
         ),
@@ -128,6 +133,9 @@ def batches(
     return _batches(min_requests=min_requests, max_requests=max_requests, max_prompt=max_prompt, spare_rows=spare_rows)
 
 
+BATCH_PAGE_SIZES = page_size_list(16)
+
+
 @st.composite
 def _batches(
     draw: st.DrawFn,
@@ -137,17 +145,28 @@ def _batches(
     max_prompt: int = 64,
     spare_rows: int = 2,
 ) -> PrebuiltBatch:
-    ps = draw(page_sizes(max_size=16))
-    n = draw(st.integers(min_requests, max_requests))
+    return draw_batch(
+        Choices(draw),
+        min_requests=min_requests,
+        max_requests=max_requests,
+        max_prompt=max_prompt,
+        spare_rows=spare_rows,
+    )
+
+
+def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: int, spare_rows: int) -> PrebuiltBatch:
+    """``batches``' example, drawn from ``c`` (arguments already validated)."""
+    ps = c.pick(BATCH_PAGE_SIZES)
+    n = c.integer(min_requests, max_requests)
     rows = n + spare_rows
     # one seed places the batch: which rows the requests sit on, the spare width, the physical page order
     # and return_logprob (seed 0: rows and pages in order, no spare width, no logprob)
-    layout = draw(SEEDS)
+    layout = c.seed()
     rng = random.Random(layout)
     pool_of = list(range(rows))
     if layout:
         rng.shuffle(pool_of)
-    reqs = [draw(_requests(pool_of[i], max_prompt=max_prompt, page_size=ps)) for i in range(n)]
+    reqs = [draw_request(c, pool_of[i], max_prompt=max_prompt, page_size=ps) for i in range(n)]
     width = max([r.extend_end for r in reqs], default=0) + (rng.randint(0, 3) if layout else 0)
     per_row = -(-width // ps) if width else 0
     order = list(range(1, rows * per_row + 1))

@@ -81,6 +81,9 @@ BAD: list[tuple[str, Any]] = [
     ("page_size", lambda: requests(0, page_size=0)),
     ("min_requests", lambda: batches(min_requests=3, max_requests=1)),
     ("max_prompt", lambda: batches(max_prompt=-2)),
+    ("page_size", lambda: pd_pairs(0)),
+    ("max_length", lambda: pd_pairs(max_length=-1)),
+    ("max_chunks", lambda: pd_pairs(max_chunks=0)),
 ]
 
 

@@ -12,6 +12,7 @@ Contract (SGLang's paged allocator, ``mem_cache/allocator/paged.py``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,7 +74,12 @@ def token_locations(pages: Sequence[int], length: int, page_size: int) -> list[i
     require_int("length", length, minimum=0)
     if length > len(pages) * page_size:
         raise ValueError(f"length={length} exceeds the {len(pages)} pages of size {page_size} held")
-    return [pages[i // page_size] * page_size + i % page_size for i in range(length)]
+    if page_size == 1:
+        return list(pages[:length])
+    offsets = range(page_size)
+    out = [base + o for base in [p * page_size for p in pages[: -(-length // page_size)]] for o in offsets]
+    del out[length:]
+    return out
 
 
 def pages_needed(length: int, page_size: int) -> int:
@@ -114,7 +120,12 @@ class PagedRow:
 
     @property
     def locations(self) -> list[int]:
-        return token_locations(self.pages, self.length, self.page_size)
+        """A fresh list each call (callers may change it); computed once per row."""
+        return list(self._locations)
+
+    @functools.cached_property
+    def _locations(self) -> tuple[int, ...]:
+        return tuple(token_locations(self.pages, self.length, self.page_size))
 
 
 def build_req_to_token(

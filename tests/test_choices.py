@@ -1,0 +1,88 @@
+"""``strategies._choices.Choices``: the engine's primitives and the public path draw the same examples."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.internal.conjecture.data import ConjectureData
+
+from strategies._choices import Choices
+from strategies.exchange import draw_decode_case, draw_prefill_case
+from strategies.layouts import draw_chunk_ends, draw_paged_row
+from strategies.requests import draw_batch
+
+DRAWERS: dict[str, Callable[[Choices], Any]] = {
+    "batch": lambda c: draw_batch(c, min_requests=0, max_requests=6, max_prompt=64, spare_rows=2),
+    "paged row": lambda c: draw_paged_row(c, None, max_length=1024),
+    "chunk ends": lambda c: draw_chunk_ends(c, 40, max_chunks=8),
+    "prefill case": lambda c: draw_prefill_case(c, max_length=96, max_chunks=6, max_page_size=16),
+    "decode case": lambda c: draw_decode_case(c, max_length=64, max_page_size=16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DRAWERS))
+def test_fast_and_public_paths_agree_on_the_same_choices(name: str) -> None:
+    drawer = DRAWERS[name]
+    for seed in range(40):
+        fast_data = ConjectureData(random=random.Random(seed))
+        fast = Choices(fast_data.draw)
+        assert fast.fast
+        value = drawer(fast)
+        replay = ConjectureData.for_choices(fast_data.choices)
+        public = Choices(replay.draw, fast=False)
+        assert not public.fast
+        assert drawer(public) == value, f"{name}, seed {seed}"
+        assert replay.choices == fast_data.choices
+
+
+def test_the_fast_path_is_taken_inside_a_hypothesis_run() -> None:
+    seen: list[bool] = []
+
+    @st.composite
+    def probe(draw: st.DrawFn) -> int:
+        c = Choices(draw)
+        seen.append(c.fast)
+        return c.integer(0, 9)
+
+    @settings(max_examples=5, database=None)
+    @given(probe())
+    def run(value: int) -> None:
+        assert 0 <= value <= 9
+
+    run()
+    assert seen and all(seen), "Choices fell back to the public path: Hypothesis's primitives moved?"
+
+
+def test_a_draw_not_bound_to_conjecture_data_takes_the_public_path() -> None:
+    calls: list[Any] = []
+
+    def draw(strategy: Any) -> Any:
+        calls.append(strategy)
+        return 3
+
+    c = Choices(draw)
+    assert not c.fast
+    assert c.integer(0, 9) == 3 and calls
+
+
+def test_bad_arguments_are_errors_and_a_single_value_is_no_choice() -> None:
+    data = ConjectureData(random=random.Random(0))
+    c = Choices(data.draw)
+    with pytest.raises(ValueError, match="lo=5 must be <= hi=4"):
+        c.integer(5, 4)
+    with pytest.raises(ValueError, match="empty sequence"):
+        c.pick([])
+    assert c.integer(7, 7) == 7
+    assert data.choices == ()
+
+
+def test_subset_is_distinct_and_bounded() -> None:
+    for seed in range(50):
+        c = Choices(ConjectureData(random=random.Random(seed)).draw)
+        got = c.subset("abcdef", 4)
+        assert len(got) <= 4 and len(set(got)) == len(got) and set(got) <= set("abcdef")
