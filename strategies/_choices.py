@@ -50,7 +50,7 @@ class Choices:
 
     __slots__ = ("_boolean", "_integer", "draw", "fast")
 
-    def __init__(self, draw: st.DrawFn, *, fast: bool = True) -> None:
+    def __init__(self, draw: Callable[..., Any], *, fast: bool = True) -> None:
         self.draw = draw
         prims = _engine_primitives(draw) if fast else None
         self.fast = prims is not None
