@@ -1,11 +1,12 @@
 """Examples per second of the property suite, before and after, side by side in one run.
 
-    python ci/suite_speed.py [--base REF] [--examples N] [--seed S] [--json PATH] [PROPERTY ...]
+    python ci/suite_speed.py [--base REF ...] [--examples N] [--seed S] [--json PATH] [PROPERTY ...]
 
-Checks ``REF`` (default: the commit before the speed work) out into a temporary git worktree, then runs every
-chosen property (default: all but M1) on the default target and cpu, ``N`` examples, the same Hypothesis seed,
-once with the base tree's pdverify and strategies and once with this tree's, each in its own process, and
-prints examples/s per property and the ratio. A measurement, not a test: nothing here asserts a speed.
+Checks each ``REF`` (default: the commit before the speed work, and the end of its second pass) out into a
+temporary git worktree, then runs every chosen property (default: all but M1) on the default target and cpu,
+``N`` examples, the same Hypothesis seed, once with each base tree's pdverify and strategies and once with this
+tree's, each in its own process, and prints examples/s per property and the ratio of this tree to each base (a
+property a base does not have is "absent" there). A measurement, not a test: nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-BASE = "a8a0ec7"
-"""The last commit before the strategies drew one seed per ordering (issue 14)."""
+BASES = ("a8a0ec7", "88c49b5")
+"""The last commit before the strategies drew one seed per ordering (issue 14, the numbers the issue quotes), and
+the last one before they drew on the engine's primitives (the first base lacks the scheduler-level
+properties)."""
 
 WORKER = r"""
 import json, sys, time
@@ -67,58 +70,57 @@ def measure(tree: Path, examples: int, seed: int, props: list[str]) -> dict[str,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--base", action="append", help=f"a commit to compare with (repeatable; default {BASES})")
     ap.add_argument("--examples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20261130)
     ap.add_argument("--json", type=Path)
     ap.add_argument("properties", nargs="*")
     args = ap.parse_args()
+    bases: list[str] = args.base or list(BASES)
     sys.path.insert(0, str(HERE))
     from pdverify.runner import load_properties
 
     props = args.properties or [p for p in load_properties() if p != "M1"]
+    before: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(HERE), "worktree", "add", "-q", "--detach", str(base_tree), args.base], check=True
-        )
-        try:
-            before = measure(base_tree, args.examples, args.seed, props)
-        finally:
-            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(base_tree)], check=False)
+        for k, base in enumerate(bases):
+            base_tree = Path(tmp) / f"base{k}"
+            subprocess.run(
+                ["git", "-C", str(HERE), "worktree", "add", "-q", "--detach", str(base_tree), base], check=True
+            )
+            try:
+                before[base] = measure(base_tree, args.examples, args.seed, props)
+            finally:
+                subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(base_tree)], check=False)
     after = measure(HERE, args.examples, args.seed, props)
     rows = []
     print(f"examples/s per property, {args.examples} examples, seed {args.seed}, cpu, target pdverify")
-    print(f"{'property':10} {'before':>10} {'after':>10} {'ratio':>7}")
+    head = "".join(f"{b[:10]:>11}" for b in bases) + f"{'now':>8}" + "".join(f"{'x' + b[:7]:>10}" for b in bases)
+    print(f"{'property':10}{head}")
     for pid in props:
-        b, a = before.get(pid), after.get(pid)
-        if not b or not a:
-            print(f"{pid:10} {'absent' if not b else '':>10} {'absent' if not a else '':>10}")
+        a = after.get(pid)
+        if not a:
+            print(f"{pid:10} absent now")
             continue
-        eb, ea = b["examples"] / b["seconds"], a["examples"] / a["seconds"]
-        rows.append(
-            {
-                "property": pid,
-                "before": eb,
-                "after": ea,
-                "ratio": ea / eb,
-                "examples_before": b["examples"],
-                "examples_after": a["examples"],
-            }
-        )
-        print(f"{pid:10} {eb:10.0f} {ea:10.0f} {ea / eb:6.1f}x")
-    tb, ta = sum(before[p]["seconds"] for p in before), sum(after[p]["seconds"] for p in after)
-    print(f"{'total s':10} {tb:10.1f} {ta:10.1f} {tb / ta:6.1f}x")
+        ea = a["examples"] / a["seconds"]
+        rates = {b: before[b][pid]["examples"] / before[b][pid]["seconds"] for b in bases if pid in before[b]}
+        cells = "".join(f"{rates[b]:11.0f}" if b in rates else f"{'absent':>11}" for b in bases)
+        ratios = "".join(f"{ea / rates[b]:9.1f}x" if b in rates else f"{'':>10}" for b in bases)
+        print(f"{pid:10}{cells}{ea:8.0f}{ratios}")
+        rows.append({"property": pid, "now": ea, "examples_now": a["examples"], "bases": rates})
+    totals = {b: sum(v["seconds"] for v in before[b].values()) for b in bases}
+    ta = sum(v["seconds"] for v in after.values())
+    print(f"{'total s':10}" + "".join(f"{totals[b]:11.1f}" for b in bases) + f"{ta:8.1f}")
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
-                    "base": args.base,
+                    "bases": bases,
                     "examples": args.examples,
                     "seed": args.seed,
                     "rows": rows,
-                    "seconds_before": tb,
-                    "seconds_after": ta,
+                    "seconds_bases": totals,
+                    "seconds_now": ta,
                 },
                 indent=2,
             )
