@@ -22,7 +22,8 @@ def prefill_cases(
     pages, a page-aligned decode prefix ``D`` anywhere in ``[0, L]`` (``D == L``: a full decode hit), a chunk
     schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
     ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (any prefix below ``L``:
-    unaligned ones are skipped by the code), an int64 virtual-to-physical translation or none, any subset of
+    unaligned ones are skipped by the code), an int64 virtual-to-physical translation (a page table) or none, any
+    subset of
     the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
     its ring, the request's row and its aux index."""
     check_int("max_length", max_length)
@@ -42,7 +43,8 @@ def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_
     n = c.integer(0, max_length)
     d = c.integer(0, n // ps) * ps
     count = pages_needed(n, ps)
-    row = tuple(token_locations(distinct_sample(c, 1, count + 64, count), n, ps))
+    pages = distinct_sample(c, 1, count + 64, count)
+    row = tuple(token_locations(pages, n, ps))
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     mode = c.pick(MODES)
     early = c.integer(0, n - 1) if n and c.boolean() else None
@@ -57,7 +59,7 @@ def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_
         dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
         chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
         early_prefix=early,
-        translate_offset=c.integer(1, 4096) * ps if c.boolean() else None,
+        translation=draw_translation(c, pages, ps) if c.boolean() else None,
         state_types=tuple(c.subset(STATE_TYPES, 4)),
         host_tensor_indices=c.boolean(),
         overlap=c.boolean(),
@@ -65,6 +67,17 @@ def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
+
+
+def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:
+    """A virtual-to-physical page table covering ``pages``: distinct physical pages >= 1 in a seeded order, low
+    ones or ones whose token ids lie past int32 (where a lost int64 shows in the values, not only the dtype);
+    entry 0 and unused entries are the sink 0. Shrinks to the low identity-like table."""
+    size = max(pages, default=0) + 1
+    low = 1 if not c.boolean() else 2**31 // page_size + 1
+    physical = distinct_sample(c, low, low + size + 64, size)
+    used = set(pages)
+    return tuple(physical[v] if v in used else 0 for v in range(size))
 
 
 def state_lists(*, max_lists: int = 4, max_size: int = 16) -> st.SearchStrategy[list[list[int]]]:
@@ -139,7 +152,8 @@ def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tu
     ps, n = dec.page_size, dec.length
     pre = draw_prefill_case(c, max_length=n, max_chunks=4, max_page_size=ps)
     count = pages_needed(n, ps)
-    row = tuple(token_locations(distinct_sample(c, 1, count + 64, count), n, ps))
+    pages = distinct_sample(c, 1, count + 64, count)
+    row = tuple(token_locations(pages, n, ps))
     ends = tuple(draw_chunk_ends(c, n, max_chunks=4))
     early = pre.early_prefix if pre.early_prefix is not None and pre.early_prefix < n else None
     return (
@@ -153,7 +167,7 @@ def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tu
             dcp_max_tokens=pre.dcp_max_tokens if pre.dcp_max_tokens is None else max(1, pre.dcp_max_tokens // ps) * ps,
             chunked_prefill_size=pre.chunked_prefill_size,
             early_prefix=early,
-            translate_offset=None if pre.translate_offset is None else pre.translate_offset // pre.page_size * ps,
+            translation=None if pre.translation is None else draw_translation(c, pages, ps),
             state_types=dec.state_types,
             host_tensor_indices=pre.host_tensor_indices,
             overlap=pre.overlap,

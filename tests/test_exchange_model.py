@@ -34,7 +34,9 @@ def decode(**kw: Any) -> DecodeCase:
         (prefill, {"dcp_max_tokens": 6}, "dcp_max_tokens=6 must be a positive multiple of page_size"),
         (prefill, {"chunked_prefill_size": 0}, "chunked_prefill_size"),
         (prefill, {"early_prefix": 8}, "early_prefix=8 must be in [0, length - 1]"),
-        (prefill, {"translate_offset": 6}, "translate_offset=6 must be a non-negative multiple of page_size"),
+        (prefill, {"translation": (0, 5)}, "translation has 2 entries but the row holds virtual page"),
+        (prefill, {"translation": (0, 0, 7, 0, 0, 7)}, "distinct physical pages >= 1"),
+        (prefill, {"translation": (0,) * 30}, "distinct physical pages >= 1"),
         (prefill, {"state_types": ("MAMBA",)}, "unknown state types ['MAMBA']"),
         (prefill, {"window": 0}, "window"),
         (prefill, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
@@ -53,7 +55,7 @@ def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], messa
 
 
 def test_in_contract_cases() -> None:
-    case = prefill(chunked_prefill_size=6, translate_offset=400)
+    case = prefill(chunked_prefill_size=6, translation=tuple(range(100, 130)))
     assert case.grid == 4 and case.index_dtype == "int64" and prefill().grid is None
     d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)
     assert d.l1_prefix == 4 and d.fill_len == 8

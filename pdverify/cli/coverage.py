@@ -56,6 +56,7 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "sglang.srt.disaggregation.common.conn:CommonKVSender._prepare_send_indices",
         "sglang.srt.disaggregation.common.conn:CommonKVSender.send",
         "sglang.srt.disaggregation.common.staging_buffer:compute_grid_segments",
+        "sglang.kernels.ops.memory.virtual_slot:translate_token_ids",
         "sglang.srt.disaggregation.common.staging_buffer:staging_grid_tokens",
         "sglang.srt.disaggregation.mooncake.conn:MooncakeKVManager.build_receiver_metadata_message",
         "sglang.srt.disaggregation.mooncake.conn:TransferInfo.from_zmq",

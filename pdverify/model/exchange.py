@@ -62,9 +62,11 @@ class PrefillCase:
     """Staging on: the grid is ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
     early_prefix: int | None = None
     """``prefix_len - host_hit_length`` at the first batch: an early cached-prefix send; None: no early send."""
-    translate_offset: int | None = None
-    """Unified memory: the transfer translates virtual token ids to physical ones (``+ offset``, int64);
-    None: the identity (ids stay int32)."""
+    translation: tuple[int, ...] | None = None
+    """Unified memory: the virtual-to-physical page table (``v2p``; entry ``v`` is the physical page of virtual
+    page ``v``, entry 0 the sink). The transfer translates token ids ``t -> v2p[t // page_size] * page_size +
+    t % page_size`` as int64 (SGLang's ``translate_kv_indices_for_transfer``); None: the identity (ids stay
+    int32)."""
     state_types: tuple[str, ...] = ()
     overlap: bool = False
     """The overlap scheduler: an early send records the prior forward's completion event for its transfer."""
@@ -102,17 +104,27 @@ class PrefillCase:
             require_int("chunked_prefill_size", self.chunked_prefill_size, minimum=1)
         if self.early_prefix is not None and not 0 <= self.early_prefix < max(1, self.length):
             raise ValueError(f"early_prefix={self.early_prefix} must be in [0, length - 1]")
-        if self.translate_offset is not None and (self.translate_offset < 0 or self.translate_offset % self.page_size):
-            raise ValueError(
-                f"translate_offset={self.translate_offset} must be a non-negative multiple of page_size (a "
-                "translation maps whole pages)"
-            )
+        if self.translation is not None:
+            self._check_translation(self.translation)
         unknown = set(self.state_types) - set(STATE_TYPES)
         if unknown:
             raise ValueError(f"unknown state types {sorted(unknown)} (known: {', '.join(STATE_TYPES)})")
         require_int("window", self.window, minimum=1)
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+
+    def _check_translation(self, v2p: tuple[int, ...]) -> None:
+        virtual = sorted({loc // self.page_size for loc in self.row})
+        if virtual and virtual[-1] >= len(v2p):
+            raise ValueError(
+                f"translation has {len(v2p)} entries but the row holds virtual page {virtual[-1]} (the table must map"
+                " every page of the row)"
+            )
+        physical = [v2p[v] for v in virtual]
+        if any(p < 1 for p in physical) or len(set(physical)) != len(physical):
+            raise ValueError(
+                "translation must map the row's virtual pages to distinct physical pages >= 1 (page 0 is the sink)"
+            )
 
     @property
     def grid(self) -> int | None:
@@ -124,7 +136,7 @@ class PrefillCase:
     @property
     def index_dtype(self) -> str:
         """The dtype of the main page lists: int32 as allocated, int64 once translated."""
-        return "int32" if self.translate_offset is None else "int64"
+        return "int32" if self.translation is None else "int64"
 
 
 @dataclass(frozen=True)

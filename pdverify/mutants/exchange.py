@@ -294,6 +294,41 @@ def translated_int32(case: PrefillCase, device: str) -> PrefillTrace:
         return port.prefill_exchange(case, device)
 
 
+@mutant(
+    "XT03",
+    "prefill_exchange",
+    "stale state",
+    "only a request's first transfer is translated; later chunks go out virtual",
+)
+def translated_once(case: PrefillCase, device: str) -> PrefillTrace:
+    original, calls = port.translate, [0]
+
+    def first_only(c: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        return original(c, kv) if calls[0] == 1 else kv.to(torch.int64)
+
+    with mock.patch.object(port, "translate", first_only):
+        return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XT04",
+    "prefill_exchange",
+    "wrong unit",
+    "the page table is indexed by the token's offset-stripped id, not its page",
+)
+def table_by_token(case: PrefillCase, device: str) -> PrefillTrace:
+    def by_token(c: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
+        if c.translation is None:
+            return kv
+        v2p = torch.tensor(c.translation, dtype=torch.int64, device=kv.device)
+        wide = kv.to(torch.int64)
+        return v2p[(wide - wide % c.page_size).clamp(max=len(c.translation) - 1)] * c.page_size + wide % c.page_size
+
+    with mock.patch.object(port, "translate", by_token):
+        return port.prefill_exchange(case, device)
+
+
 # --- the wire -----------------------------------------------------------------------------------------
 
 

@@ -17,9 +17,13 @@ def page_count(case: PrefillCase) -> int:
 
 
 def main_pages(case: PrefillCase) -> list[int]:
-    """P10: the pages of ``[D, L)`` after the virtual-to-physical translation."""
-    offset = case.translate_offset or 0
-    return _pages([loc + offset for loc in case.row[case.decode_prefix :]], case.page_size)
+    """P10: the pages of ``[D, L)`` after the virtual-to-physical translation (a page table: a token keeps its
+    offset in the page, its page is looked up)."""
+    ps, v2p = case.page_size, case.translation
+    row = case.row[case.decode_prefix :]
+    if v2p is not None:
+        row = tuple(v2p[loc // ps] * ps + loc % ps for loc in row)
+    return _pages(row, ps)
 
 
 def window_start(case: PrefillCase) -> int:

@@ -153,8 +153,13 @@ def host_tensor_pages(kv: torch.Tensor, page_size: int) -> torch.Tensor:
 
 
 def translate(case: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
-    """``translate_kv_indices_for_transfer``: virtual to physical ids (int64), or the identity."""
-    return kv if case.translate_offset is None else kv.to(torch.int64) + case.translate_offset
+    """``translate_kv_indices_for_transfer``: virtual to physical ids through the page table (int64), or the
+    identity."""
+    if case.translation is None:
+        return kv
+    v2p = torch.tensor(case.translation, dtype=torch.int64, device=kv.device)
+    wide = kv.to(torch.int64)
+    return v2p[wide // case.page_size] * case.page_size + wide % case.page_size
 
 
 def send_kv_chunk(req: PrefillRequest, extend_end: int, *, last_chunk: bool, end_idx: int | None = None) -> None:

@@ -38,7 +38,12 @@ EXAMPLES = [
     _spec_case(state_types=("SWA", "DSA", "MINIMAX_INDEX_K", "MINIMAX_DENSE_KV"), window=6),
     _spec_case(chunk_ends=(17, 23), dcp_max_tokens=8),
     _spec_case(chunk_ends=(18, 23), chunked_prefill_size=8),
-    _spec_case(chunk_ends=(23,), early_prefix=12, translate_offset=400),
+    # translated through a page table whose physical ids lie past int32 (5 -> 2**29 + 5, ...)
+    _spec_case(
+        chunk_ends=(23,),
+        early_prefix=12,
+        translation=(0, 0, 2**29 + 2, 2**29 + 3, 0, 2**29 + 5, 2**29 + 6, 0, 2**29 + 8, 2**29 + 9),
+    ),
     _spec_case(chunk_ends=(23,), early_prefix=13),
     _spec_case(chunk_ends=(22, 23), chunked_prefill_size=8, early_prefix=20),
     _spec_case(chunk_ends=(10, 23), early_prefix=12, overlap=True),
@@ -72,7 +77,7 @@ def run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:
         note_event("full decode hit (D == L)")
     if case.early_prefix is not None:
         note_event("early cached-prefix send")
-    if case.translate_offset is not None:
+    if case.translation is not None:
         note_event("translated (int64) indices")
     trace: PrefillTrace = target.require("prefill_exchange")(case, device)
     note_event(f"transfers: {min(len(trace.transfers), 5)}{'+' if len(trace.transfers) > 5 else ''}")

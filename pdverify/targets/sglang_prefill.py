@@ -3,11 +3,13 @@
 Runs, unmodified, ``PrefillBootstrapQueue.finalize_bootstrap``, ``SchedulerDisaggregationPrefillMixin``'s
 ``maybe_send_cached_prefix_chunk``, ``send_kv_chunk`` and ``_send_kv_chunk`` (with ``compute_grid_segments``,
 the state payload closures and SGLang's ``kv_to_page_indices`` / ``suffix_page_indices`` /
-``minimax_index_transfer_pages``) and the real ``CommonKVSender`` (``__init__``, ``init``,
-``pop_decode_prefix_len``, ``get_max_transfer_tokens``, ``should_send_kv_chunk``, ``_prepare_send_indices``,
-``send``) with ``CommonKVManager.prepare_send_state_indices``. The objects around them are small stand-ins
-built from a ``PrefillCase`` (sglang-real-paths.md sections 2-3): a scheduler subclass without ``__init__``, a
-bootstrap queue subclass, a request, and a KV manager whose ``add_transfer_request`` records each transfer.
+``minimax_index_transfer_pages``), the virtual-to-physical translation through SGLang's own page-table lookup
+(``translate_token_ids``, the CPU path of the unified pools' ``translate_kv_loc``) and the real
+``CommonKVSender`` (``__init__``, ``init``, ``pop_decode_prefix_len``, ``get_max_transfer_tokens``,
+``should_send_kv_chunk``, ``_prepare_send_indices``, ``send``) with ``CommonKVManager.prepare_send_state_indices``.
+The objects around them are small stand-ins built from a ``PrefillCase`` (sglang-real-paths.md sections 2-3): a
+scheduler subclass without ``__init__``, a bootstrap queue subclass, a request, and a KV manager whose
+``add_transfer_request`` records each transfer.
 
 The globals the code reads are patched for the call only and restored after it, also on error:
 ``prefill.get_schedule`` (the staging grid's ``chunked_prefill_size``); ``get_parallel().num_dp_ranks`` is
@@ -236,6 +238,16 @@ def sglang_decode_page_indices(  # pragma: no cover - conformance venv
     return DecodePreallocQueue._transfer_page_indices(None, None, kv, page_size)
 
 
+def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - conformance venv
+    """``translate_kv_indices_for_transfer`` of a unified pool whose page table is the case's, or the identity."""
+    if case.translation is None:
+        return lambda t: t
+    from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
+
+    v2p = torch.tensor(case.translation, dtype=torch.int64, device=device)
+    return lambda t: translate_token_ids(loc=t, v2p=v2p, page_size=case.page_size)
+
+
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import StateType
@@ -248,10 +260,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     width = case.length + case.page_size
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
     table[case.req_pool_idx, : case.length] = torch.tensor(case.row, dtype=torch.int32, device=device)
-    offset = case.translate_offset
-
-    def translate(t: torch.Tensor) -> torch.Tensor:
-        return t if offset is None else t.to(torch.int64) + offset
+    translate = _translation(case, device)
 
     set_buf: list[str] = []
     sched = _duck_scheduler(
