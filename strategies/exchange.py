@@ -42,30 +42,44 @@ def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_
     ps = c.pick(page_size_list(max_page_size))
     n = c.integer(0, max_length)
     d = c.integer(0, n // ps) * ps
+    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks)
+
+
+def draw_prefill_sends(
+    c: Choices,
+    ps: int,
+    n: int,
+    d: int,
+    *,
+    max_chunks: int,
+    shared: DecodeCase | None = None,
+) -> PrefillCase:
+    """Prefill's side of a request of ``n`` tokens with decode prefix ``d``: its own fragmented pages, chunk
+    schedule, send mode, early send and translation; the state types, window, ring and aux index are drawn, or
+    taken from decode's ``shared`` case (both sides of one request agree on them)."""
     count = pages_needed(n, ps)
     pages = distinct_sample(c, 1, count + 64, count)
-    row = tuple(token_locations(pages, n, ps))
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     mode = c.pick(MODES)
     early = c.integer(0, n - 1) if n and c.boolean() else None
-    window = c.integer(1, 40)
+    window = shared.window if shared else c.integer(1, 40)
     return PrefillCase(
         page_size=ps,
         length=n,
         decode_prefix=d,
-        row=row,
+        row=tuple(token_locations(pages, n, ps)),
         chunk_ends=ends,
         req_pool_idx=c.integer(0, 3),
         dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
         chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
         early_prefix=early,
         translation=draw_translation(c, pages, ps) if c.boolean() else None,
-        state_types=tuple(c.subset(STATE_TYPES, 4)),
+        state_types=shared.state_types if shared else tuple(c.subset(STATE_TYPES, 4)),
         host_tensor_indices=c.boolean(),
         overlap=c.boolean(),
         window=window,
-        ring_size=window + c.integer(0, 8),
-        aux_index=c.integer(0, 2**31 - 1),
+        ring_size=shared.ring_size if shared else window + c.integer(0, 8),
+        aux_index=shared.aux_index if shared else c.integer(0, 2**31 - 1),
     )
 
 
@@ -149,31 +163,4 @@ def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
     c = Choices(draw)
     dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
-    ps, n = dec.page_size, dec.length
-    pre = draw_prefill_case(c, max_length=n, max_chunks=4, max_page_size=ps)
-    count = pages_needed(n, ps)
-    pages = distinct_sample(c, 1, count + 64, count)
-    row = tuple(token_locations(pages, n, ps))
-    ends = tuple(draw_chunk_ends(c, n, max_chunks=4))
-    early = pre.early_prefix if pre.early_prefix is not None and pre.early_prefix < n else None
-    return (
-        PrefillCase(
-            page_size=ps,
-            length=n,
-            decode_prefix=dec.decode_prefix,
-            row=row,
-            chunk_ends=ends,
-            req_pool_idx=pre.req_pool_idx,
-            dcp_max_tokens=pre.dcp_max_tokens if pre.dcp_max_tokens is None else max(1, pre.dcp_max_tokens // ps) * ps,
-            chunked_prefill_size=pre.chunked_prefill_size,
-            early_prefix=early,
-            translation=None if pre.translation is None else draw_translation(c, pages, ps),
-            state_types=dec.state_types,
-            host_tensor_indices=pre.host_tensor_indices,
-            overlap=pre.overlap,
-            window=dec.window,
-            ring_size=dec.ring_size,
-            aux_index=dec.aux_index,
-        ),
-        dec,
-    )
+    return draw_prefill_sends(c, dec.page_size, dec.length, dec.decode_prefix, max_chunks=4, shared=dec), dec
