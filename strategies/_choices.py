@@ -65,10 +65,7 @@ class Choices:
             raise ValueError(f"integer choice: lo={lo} must be <= hi={hi}")
         if lo == hi:
             return lo  # ``st.integers(k, k)`` makes no choice either
-        weights = _weights(lo, hi)
-        if weights is None:
-            return self._integer(lo, hi)
-        return self._integer(lo, hi, weights=weights)
+        return self._integer(lo, hi, weights=_weights(lo, hi))
 
     def boolean(self) -> bool:
         return self._boolean()

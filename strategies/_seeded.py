@@ -14,6 +14,9 @@ import numpy as np
 
 from strategies._choices import Choices
 
+SMALL = 32
+"""Up to this many values, Python's sampler is the cheaper one."""
+
 
 def distinct_sample(c: Choices, low: int, high: int, count: int) -> list[int]:
     """``count`` distinct integers of ``low..high`` in a seeded order (seed 0: ``low, low + 1, ...``)."""
@@ -25,7 +28,3 @@ def distinct_sample(c: Choices, low: int, high: int, count: int) -> list[int]:
     # numpy draws a long sample without a Python step per element (a row of a thousand pages)
     picked = np.random.Generator(np.random.PCG64(seed)).choice(high - low + 1, size=count, replace=False)
     return [v + low for v in picked.tolist()]
-
-
-SMALL = 32
-"""Up to this many values, Python's sampler is the cheaper one."""

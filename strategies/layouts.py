@@ -6,6 +6,7 @@ pages >= 1, prefixes page-aligned, ``0 <= D <= L``); out-of-contract inputs are 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,9 @@ def page_sizes(*, max_size: int = 256, odd: bool = True) -> st.SearchStrategy[in
     return st.sampled_from(page_size_list(max_size, odd=odd))
 
 
+@functools.cache
 def page_size_list(max_size: int, *, odd: bool = True) -> tuple[int, ...]:
-    """What ``page_sizes`` draws from, ascending."""
+    """What ``page_sizes`` draws from, ascending (cached: the scheduler-level strategies ask once an example)."""
     sizes = {1 << k for k in range(max_size.bit_length()) if 1 << k <= max_size}
     if odd:
         sizes |= {s for s in ODD_PAGE_SIZES if s <= max_size}
