@@ -77,17 +77,13 @@ class InputDomain:
 
 
 DOMAIN = InputDomain()
-DECODE_PREFIX_FROM = "0.5.11"
-REBOOTSTRAP_FROM = "0.5.16"
+DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 
 
 def bind_release(release: str | None) -> InputDomain:
-    """Set ``DOMAIN`` to the contract of ``release`` (None: the current contract, every input)."""
-    try:
-        version = Version(release) if release is not None else None
-    except InvalidVersion:
-        version = None
+    """Set ``DOMAIN`` to the contract of ``release`` (None, or a development build: the current contract, every
+    input)."""
     DOMAIN.release = release
-    DOMAIN.decode_prefix = version is None or version >= Version(DECODE_PREFIX_FROM)
-    DOMAIN.rebootstrap = version is None or version >= Version(REBOOTSTRAP_FROM)
+    DOMAIN.decode_prefix = DECODE_PREFIXES.not_applicable(release) is None
+    DOMAIN.rebootstrap = FROM_REBOOTSTRAP.not_applicable(release) is None
     return DOMAIN
