@@ -21,6 +21,7 @@ from pdverify.devices import DEVICES, cuda_available
 from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, reset_examples
 from pdverify.properties.releases import bind_release
 from pdverify.targets import Target, TargetError, load_target
+from pdverify.targets.calls import close_recording, open_recording
 
 NOT_APPLICABLE = "not applicable"
 
@@ -153,10 +154,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     seed(getattr(item, "obj", None))
     key_by_node(item)
     reset_examples()
+    open_recording()
     try:
         yield
     finally:
         from pdverify.cli.export import counterexample_literals
+
+        item.user_properties.append(("pdverify_calls", close_recording()))
 
         item.user_properties.append(
             ("pdverify_property", getattr(getattr(item, "obj", None), "pdverify_property", None))

@@ -68,6 +68,7 @@ class Collector:
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
         if props.get("pdverify_first_failure") is not None:
             res.first_failure = int(props["pdverify_first_failure"])
+        res.calls = sorted(set(res.calls) | set(props.get("pdverify_calls") or ()))
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             reason = reason.removeprefix("Skipped: ")

@@ -27,6 +27,8 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
+    calls: list[str] = field(default_factory=list)
+    """The functions of the release under test its examples called (``module:qualname``; release targets only)."""
     kwargs: dict[str, str] | None = field(default=None, repr=False)
     """The counterexample's drawn arguments as Python source (``pdverify.cli.export.counterexample_literals``)."""
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from packaging.version import Version
 
+from pdverify.targets.calls import recording
 from pdverify.targets.protocol import Target, TargetError
 
 SCHEDULER_DRIVERS_FROM = "0.5.23"
@@ -139,6 +140,8 @@ def sglang_release_target() -> Target:
     drive(("prefill_exchange", "decode_prealloc", "wire_roundtrip"), SCHEDULER_DRIVERS_FROM, scheduler_drivers)
     drive(("send_kv_chunk", "decode_page_indices"), CHUNK_SENDER_FROM, sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
+    # every unit notes the SGLang functions its calls enter (the run report's ``calls`` per property)
+    units = {unit: recording(fn, "sglang") for unit, fn in units.items()}
     return Target(
         name="sglang",
         description=f"the installed sglang {release}",
