@@ -1,4 +1,5 @@
-"""Hypothesis strategies for pdverify's domain: paged layouts, PD pairs, chunk schedules, requests, batches.
+"""Hypothesis strategies for pdverify's domain: paged layouts, PD pairs, chunk schedules, requests,
+batches, scheduler-level cases (one request on either side, decode's pre-allocation queue).
 
 Import as ``from strategies import paged_rows, batches``; every strategy validates its arguments and raises
 ``hypothesis.errors.InvalidArgument`` on bad ones.
@@ -15,6 +16,7 @@ from strategies.layouts import (
     pd_pairs,
     token_index_lists,
 )
+from strategies.queue import decode_queues
 from strategies.requests import batches, requests
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "batches",
     "chunk_schedules",
     "decode_cases",
+    "decode_queues",
     "index_dtypes",
     "page_sizes",
     "paged_rows",

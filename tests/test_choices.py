@@ -14,6 +14,7 @@ from hypothesis.internal.conjecture.data import ConjectureData
 from strategies._choices import Choices
 from strategies.exchange import draw_decode_case, draw_prefill_case
 from strategies.layouts import draw_chunk_ends, draw_paged_row
+from strategies.queue import draw_decode_queue
 from strategies.requests import draw_batch
 
 DRAWERS: dict[str, Callable[[Choices], Any]] = {
@@ -22,6 +23,7 @@ DRAWERS: dict[str, Callable[[Choices], Any]] = {
     "chunk ends": lambda c: draw_chunk_ends(c, 40, max_chunks=8),
     "prefill case": lambda c: draw_prefill_case(c, max_length=96, max_chunks=6, max_page_size=16),
     "decode case": lambda c: draw_decode_case(c, max_length=64, max_page_size=16),
+    "decode queue": lambda c: draw_decode_queue(c, max_requests=5, max_length=32, max_page_size=16),
 }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pdverify.model.exchange import DecodeCase, PrefillCase
+from pdverify.model.queue import DecodeQueueCase, QueuedRequest
 
 ROW = tuple(5 * 4 + i for i in range(4)) + tuple(2 * 4 + i for i in range(4))
 
@@ -21,6 +22,16 @@ def decode(**kw: Any) -> DecodeCase:
     base: dict[str, Any] = {"page_size": 4, "length": 8, "output_len": 1, "l1_row": (), "decode_prefix": 0,
                             "stale_row": (0,) * 12, "free_pages": (1, 2, 3)}  # fmt: skip
     return DecodeCase(**{**base, **kw})
+
+
+def queue(**kw: Any) -> DecodeQueueCase:
+    base: dict[str, Any] = {"page_size": 4, "requests": (QueuedRequest(5),), "free_pages": (1, 2, 3),
+                            "metadata_buffers": 1, "request_rows": 1, "token_budget": 12}  # fmt: skip
+    return DecodeQueueCase(**{**base, **kw})
+
+
+def queued(**kw: Any) -> DecodeQueueCase:
+    return queue(requests=(QueuedRequest(**{"length": 5, **kw}),))
 
 
 @pytest.mark.parametrize(
@@ -47,10 +58,37 @@ def decode(**kw: Any) -> DecodeCase:
         (decode, {"free_pages": (0, 1)}, "free_pages must be distinct pages >= 1"),
         (decode, {"state_types": ("MAMBA",)}, "unknown state types"),
         (decode, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
+        (queue, {"requests": ()}, "requests must hold at least one queued request"),
+        (queue, {"free_pages": (0, 1, 2)}, "free_pages must be distinct pages >= 1"),
+        (queue, {"free_pages": (1, 1, 2)}, "free_pages must be distinct pages >= 1"),
+        (queue, {"metadata_buffers": -1}, "metadata_buffers"),
+        (queue, {"request_rows": -1}, "request_rows"),
+        (queue, {"token_budget": 13}, "token_budget=13 exceeds the free pages' 12 tokens"),
+        (queue, {"reserved_decode_tokens": -1}, "reserved_decode_tokens"),
+        (queue, {"running": ((0, None),)}, "running tokens"),
+        (queue, {"priority_order": "fifo"}, "priority_order must be None or one of"),
+        (queue, {"max_loras": 0}, "max_loras"),
+        (queued, {"length": 0}, "length"),
+        (queued, {"output_len": -1}, "output_len"),
+        (queued, {"max_new_tokens": 0}, "max_new_tokens"),
+        (queued, {"max_new_tokens": 4097}, "requests[0].max_new_tokens must be <= 4096"),
     ],
 )
 def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
+        make(**kw)
+
+
+@pytest.mark.parametrize(
+    ("make", "kw", "message"),
+    [
+        (queue, {"requests": ("r0",)}, "requests[0] must be a QueuedRequest"),
+        (queue, {"running": ((4, 7),)}, "running lora must be an adapter name or None"),
+        (queued, {"lora": 3}, "lora must be an adapter name or None"),
+    ],
+)
+def test_wrongly_typed_queue_fields_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
         make(**kw)
 
 
@@ -59,3 +97,5 @@ def test_in_contract_cases() -> None:
     assert case.grid == 4 and case.index_dtype == "int64" and prefill().grid is None
     d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)
     assert d.l1_prefix == 4 and d.fill_len == 8
+    q = queue(requests=(QueuedRequest(5, output_len=3), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
+    assert q.retractable_tokens == 9 and q.requests[0].fill_len == 7 and q.pages_for(0) == 2 and q.pages_for(1) == 1

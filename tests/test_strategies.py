@@ -15,6 +15,7 @@ from strategies import (
     PDPair,
     batches,
     chunk_schedules,
+    decode_queues,
     index_dtypes,
     page_sizes,
     paged_rows,
@@ -84,6 +85,9 @@ BAD: list[tuple[str, Any]] = [
     ("page_size", lambda: pd_pairs(0)),
     ("max_length", lambda: pd_pairs(max_length=-1)),
     ("max_chunks", lambda: pd_pairs(max_chunks=0)),
+    ("max_requests", lambda: decode_queues(max_requests=0)),
+    ("max_length", lambda: decode_queues(max_length=0)),
+    ("max_page_size", lambda: decode_queues(max_page_size=0)),
 ]
 
 

@@ -34,6 +34,10 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "pdverify.production.wire:build_frames",
         "pdverify.production.wire:parse_frames",
         "pdverify.production.decode_prealloc:decode_prealloc",
+        "pdverify.production.decode_queue:PreallocPass.run",
+        "pdverify.production.decode_queue:PreallocPass.verdict",
+        "pdverify.production.decode_queue:PreallocPass.fail_aborted",
+        "pdverify.production.decode_queue:PreallocPass.allocate",
     ],
     "sglang": [
         "sglang.srt.disaggregation.decode_schedule_batch_mixin:ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt",

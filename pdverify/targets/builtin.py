@@ -6,7 +6,16 @@ from __future__ import annotations
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
-from pdverify.production import decode_prealloc, fast, page_index, prebuilt, prefill_sender, transfer, wire
+from pdverify.production import (
+    decode_prealloc,
+    decode_queue,
+    fast,
+    page_index,
+    prebuilt,
+    prefill_sender,
+    transfer,
+    wire,
+)
 from pdverify.targets.protocol import Target
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
@@ -26,6 +35,7 @@ def pdverify_target() -> Target:
         prepare_for_prebuilt=prebuilt.prepare_for_prebuilt,
         prefill_exchange=prefill_sender.prefill_exchange,
         decode_prealloc=decode_prealloc.decode_prealloc,
+        decode_queue=decode_queue.decode_queue,
         wire_roundtrip=wire.wire_roundtrip,
         layout="sglang-0.5.23",
         sampling_info_path=_PDV_SAMPLING,
@@ -44,6 +54,7 @@ def legacy_target() -> Target:
         prepare_for_prebuilt=legacy_prebuilt.prepare_for_prebuilt,
         prefill_exchange=None,
         decode_prealloc=None,
+        decode_queue=None,
         wire_roundtrip=None,
         layout="sglang-pr35070",
     )

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
+from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.production.page_index import PageIndices
 from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
 
@@ -77,6 +78,12 @@ class DecodePrealloc(Protocol):
     def __call__(self, case: DecodeCase, device: str, /) -> DecodeTrace: ...
 
 
+class DecodeQueue(Protocol):
+    """One pass of decode's pre-allocation queue over several requests: admissions, failures, what stays."""
+
+    def __call__(self, case: DecodeQueueCase, device: str, /) -> QueueTrace: ...
+
+
 class WireRoundtrip(Protocol):
     """Decode's metadata frames, built and parsed back on the prefill side."""
 
@@ -99,6 +106,7 @@ FUNCTIONS: tuple[str, ...] = (
     "prepare_for_prebuilt",
     "prefill_exchange",
     "decode_prealloc",
+    "decode_queue",
     "wire_roundtrip",
 )
 """Every function (unit) a target may supply, in report order."""
@@ -133,6 +141,7 @@ class Target:
     prepare_for_prebuilt: PrebuiltFn | None = None
     prefill_exchange: PrefillExchange | None = None
     decode_prealloc: DecodePrealloc | None = None
+    decode_queue: DecodeQueue | None = None
     wire_roundtrip: WireRoundtrip | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None

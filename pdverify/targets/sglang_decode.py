@@ -1,5 +1,6 @@
-"""The decode pre-allocation unit on the installed SGLang: its own ``DecodePreallocQueue.pop_preallocated``,
-driven on CPU for one request (sglang-real-paths.md section 4.2).
+"""The decode pre-allocation units on the installed SGLang: its own ``DecodePreallocQueue.pop_preallocated``,
+driven on CPU for one request (``decode_prealloc``) and for a queue of several (``decode_queue``)
+(sglang-real-paths.md section 4.2).
 
 Runs, unmodified: ``pop_preallocated`` with its inline state payload closures, ``_pre_alloc``,
 ``_alloc_for_decode_prealloc`` / ``alloc_for_decode_prealloc`` on the real ``PagedTokenToKVPoolAllocator`` (CPU),
@@ -7,9 +8,10 @@ the real ``DecodeReqToTokenPool``, ``_required_alloc_tokens``, ``_required_admis
 ``_prealloc_reservation_fits``, ``_rebootstrap_prefill_len``, ``_pre_alloc_fill_len``, the HiCache mixin's
 ``_hicache_pending_restore_tokens`` and ``_start_hicache_prefetch``, ``_send_kv_metadata`` and
 ``_transfer_page_indices``. Overridden on a subclass whose ``__init__`` is skipped: the handshake
-(``_resolve_pending_reqs``, ``_update_handshake_waiters``), the budget (``_allocatable_token_budgets``: ample)
-and the radix match (``_match_prefix_and_lock`` returns the ``DecodePrefixMatch`` of the case: its L1 prefix
-locations and an L2 host hit whose restore is pending). ``decode.get_disagg`` is patched for the call only.
+(``_resolve_pending_reqs``, ``_update_handshake_waiters``), the budget (``_allocatable_token_budgets``: ample for
+one request, the case's budget for a queue) and, for one request, the radix match (``_match_prefix_and_lock``
+returns the ``DecodePrefixMatch`` of the case: its L1 prefix locations and an L2 host hit whose restore is
+pending). ``decode.get_disagg`` is patched for the call only.
 """
 
 from __future__ import annotations
@@ -22,24 +24,108 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.targets.sglang_prefill import int_tuple
+
+
+def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any:
+    """SGLang's paged KV allocator on CPU, handing out ``free_pages`` in that order."""
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+
+    pool_pages = max(free_pages, default=0) + 1
+    allocator = PagedTokenToKVPoolAllocator(
+        pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache, need_sort=False
+    )
+    allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
+    allocator.release_pages = torch.empty((0,), dtype=torch.int64)
+    allocator.translate_swa_indices_for_transfer = lambda t: t
+    return allocator
+
+
+def _queue_base() -> Any:
+    """``DecodePreallocQueue`` with ``__init__`` skipped and the handshake (prefill DP rank resolution and
+    bootstrap polling, which need live connections) a no-op; the budget is ample unless a driver overrides it."""
+    from sglang.srt.disaggregation import decode
+
+    class Queue(decode.DecodePreallocQueue):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.pp_size = 1
+            self.pending_reqs: list[Any] = []
+            self.retracted_queue: list[Any] = []
+            self.num_reserved_decode_tokens, self._num_published_destinations = 0, 0
+            self.draft_token_to_kv_pool = None
+            self.transfer_queue = SimpleNamespace(enable_staging=False, queue=[])
+            self.tree_cache = SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
+            self.transfer_backend = None
+
+        def _resolve_pending_reqs(self) -> None:
+            pass
+
+        def _update_handshake_waiters(self, *args: Any) -> None:
+            pass
+
+        def _allocatable_token_budgets(self, **kw: Any) -> int:
+            return 10**9
+
+    return Queue
+
+
+def _scheduler(running: list[Any], **settings: Any) -> Any:
+    """The scheduler fields ``pop_preallocated`` reads: features off unless ``settings`` turn them on."""
+    fields: dict[str, Any] = {
+        "running_batch": SimpleNamespace(reqs=running),
+        "waiting_queue": [],
+        "enable_priority_scheduling": False,
+        "enable_hisparse": False,
+        "enable_lora": False,
+        "enable_decode_hicache": False,
+        "sliding_window_size": None,
+        "tp_worker": SimpleNamespace(is_hybrid_swa=False),
+        "last_batch": None,
+    }
+    return SimpleNamespace(**{**fields, **settings})
+
+
+def _request(rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8) -> Any:
+    """A request as the decode queue reads it: fresh KV bookkeeping, no abort."""
+    return SimpleNamespace(
+        rid=rid,
+        bootstrap_room=1,
+        finished_reason=None,
+        kv=SimpleNamespace(
+            holds_kv=False, req_pool_idx=None, kv_allocated_len=0, kv_committed_len=0, cache_protected_len=0,
+            holds_mamba=False,
+        ),
+        origin_input_ids=[0] * length,
+        output_ids=[0] * output_len,
+        sampling_params=SimpleNamespace(max_new_tokens=max_new_tokens),
+        time_stats=SimpleNamespace(set_decode_transfer_queue_entry_time=lambda: None),
+        return_logprob=False,
+        lora_id=lora,
+        priority=0,
+        lock=None,
+    )  # fmt: skip
+
+
+def _disagg(*, radix: bool) -> Any:
+    """The disaggregation server arguments ``pop_preallocated`` reads (``decode.get_disagg``)."""
+    return SimpleNamespace(
+        disaggregation_decode_host_receive_threshold=1.0,
+        disaggregation_decode_enable_radix_cache=radix,
+        disaggregation_decode_allocation_policy=None,
+    )
 
 
 def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.base.conn import StateType
     from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
-    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 
     ps, radix = case.page_size, case.decode_prefix > 0
-    pool_pages = max(case.free_pages) + 1
     kvcache = SimpleNamespace(
         page_size=ps, unified_swa_ring_size=case.ring_size, unified_swa_window=case.window, kpool_use_compress=False
     )
-    allocator = PagedTokenToKVPoolAllocator(pool_pages * ps, ps, torch.int64, "cpu", kvcache=kvcache, need_sort=False)
-    allocator.free_pages = torch.tensor(case.free_pages, dtype=torch.int64)
-    allocator.release_pages = torch.empty((0,), dtype=torch.int64)
-    allocator.translate_swa_indices_for_transfer = lambda t: t
+    allocator = _allocator(case.free_pages, ps, kvcache)
     width = len(case.stale_row)
     req_pool = decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
     req_pool.req_to_token[:, :width] = torch.tensor(case.stale_row, dtype=torch.int32)
@@ -53,19 +139,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
-    class Queue(decode.DecodePreallocQueue):  # type: ignore[misc]
-        def __init__(self) -> None:
-            pass
-
-        def _resolve_pending_reqs(self) -> None:
-            pass
-
-        def _update_handshake_waiters(self, *args: Any) -> None:
-            pass
-
-        def _allocatable_token_budgets(self, **kw: Any) -> int:
-            return 10**9
-
+    class Queue(_queue_base()):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
             return DecodePrefixMatch(
                 prefix_indices=l1,
@@ -75,51 +149,15 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
             )
 
     q: Any = Queue()
-    q.pp_size, q.pending_reqs, q.retracted_queue = 1, [], []
-    q.num_reserved_decode_tokens, q._num_published_destinations = 0, 0
-    q.scheduler = SimpleNamespace(
-        running_batch=SimpleNamespace(reqs=[]),
-        enable_priority_scheduling=False,
-        enable_hisparse=False,
-        enable_lora=False,
-        enable_decode_hicache=radix,
-        sliding_window_size=case.window,
-        tp_worker=SimpleNamespace(is_hybrid_swa=False),
-        last_batch=None,
-    )
+    q.scheduler = _scheduler([], enable_decode_hicache=radix, sliding_window_size=case.window)
     q.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: case.aux_index)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
-    q.draft_token_to_kv_pool = None
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[StateType[k] for k in case.state_types]))
-    q.transfer_queue = SimpleNamespace(enable_staging=False, queue=[])
-    q.tree_cache = SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
-    q.transfer_backend = None
-    req = SimpleNamespace(
-        rid="r0",
-        bootstrap_room=1,
-        finished_reason=None,
-        kv=SimpleNamespace(
-            holds_kv=False, req_pool_idx=None, kv_allocated_len=0, kv_committed_len=0, cache_protected_len=0,
-            holds_mamba=False,
-        ),
-        origin_input_ids=[0] * case.length,
-        output_ids=[0] * case.output_len,
-        sampling_params=SimpleNamespace(max_new_tokens=8),
-        time_stats=SimpleNamespace(set_decode_transfer_queue_entry_time=lambda: None),
-        return_logprob=False,
-        lora_id=None,
-        priority=0,
-        lock=None,
-    )  # fmt: skip
+    req = _request("r0", case.length, case.output_len)
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=Receiver(), waiting_for_input=True)]
-    disagg = SimpleNamespace(
-        disaggregation_decode_host_receive_threshold=1.0,
-        disaggregation_decode_enable_radix_cache=radix,
-        disaggregation_decode_allocation_policy=None,
-    )
-    with mock.patch.object(decode, "get_disagg", lambda: disagg):
+    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)):
         done, failed = q.pop_preallocated()
     assert len(done) == 1 and not failed and len(sent) == 1, (
         f"pre-allocation did not admit the request: {done} {failed}"
@@ -134,4 +172,113 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         state=tuple(int_tuple(s) for s in state),
         allocated=int_tuple(row[case.decode_prefix : case.fill_len]),
         row=int_tuple(row[: case.length]),
+    )
+
+
+def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
+    """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off.
+
+    Real: ``pop_preallocated`` (priority sort, abort scan, admission loop), ``_pre_alloc``, the paged allocator,
+    ``DecodeReqToTokenPool`` with ``request_rows`` free rows, ``ReqToMetadataIdxAllocator`` with
+    ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
+    and the LoRA manager's own ``validate_lora_batch``. Stand-ins: the budget (``_allocatable_token_budgets``:
+    the case's budget less what this pass allocated), the output streamer and the KV receivers (they record),
+    and ``Scheduler.can_schedule_lora_req`` with 0.5.23's rule (an adapter already loaded is admitted, else the
+    LoRA manager validates the batch with it; the scheduler module needs server packages the conformance
+    environment does not install).
+    """
+    from sglang.srt.disaggregation import decode
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+    from sglang.srt.lora.lora_manager import LoRAManager
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    ps = case.page_size
+    kvcache = SimpleNamespace(page_size=ps)
+    allocator = _allocator(case.free_pages, ps, kvcache)
+    start = allocator.available_size()
+    width = max(r.fill_len for r in case.requests) + ps
+    req_pool = decode.DecodeReqToTokenPool(case.request_rows, width, "cpu", False, 0)
+    streamed: list[Any] = []
+    cleared: list[str] = []
+    sent: dict[str, tuple[Any, ...]] = {}
+
+    class Receiver:
+        supports_host_destination = False
+
+        def __init__(self, rid: str) -> None:
+            self.rid = rid
+
+        def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
+            sent[self.rid] = (pages, aux)
+
+        def clear(self) -> None:
+            cleared.append(self.rid)
+
+    class Queue(_queue_base()):  # type: ignore[misc]
+        def _allocatable_token_budgets(self, **kw: Any) -> int:
+            return int(case.token_budget - (start - allocator.available_size()))
+
+    lora_manager = SimpleNamespace(max_loras_per_batch=case.max_loras or 1, num_pinned_loras=0)
+
+    def can_schedule_lora_req(req: Any, running_loras: set[Any]) -> bool:
+        if req.lora_id in running_loras:
+            return True
+        return bool(LoRAManager.validate_lora_batch(lora_manager, {req.lora_id} | running_loras))
+
+    running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
+    q: Any = Queue()
+    q.num_reserved_decode_tokens = case.reserved_decode_tokens
+    q.scheduler = _scheduler(
+        running,
+        enable_priority_scheduling=case.priority_order is not None,
+        schedule_low_priority_values_first=case.priority_order == "low_first",
+        enable_lora=case.max_loras is not None,
+        can_schedule_lora_req=can_schedule_lora_req,
+        output_streamer=SimpleNamespace(stream_output=lambda reqs, logprob: streamed.extend(r.rid for r in reqs)),
+    )
+    q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
+    q.req_to_token_pool = req_pool
+    q.token_to_kv_pool_allocator = allocator
+    q.token_to_kv_pool = kvcache
+    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[]))
+    reqs = []
+    for i, r in enumerate(case.requests):
+        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
+        req.priority = r.priority
+        if r.aborted:
+            req.finished_reason = FINISH_ABORT("aborted while queued")
+            req.finished_output = r.abort_streamed
+        reqs.append(req)
+    q.queue = [
+        decode.DecodeRequest(req=req, kv_receiver=Receiver(req.rid), waiting_for_input=r.bootstrapped)
+        for req, r in zip(reqs, case.requests, strict=True)
+    ]
+    checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
+    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=False)):
+        done, failed = q.pop_preallocated(rids_to_check=checked)
+
+    def index(rid: str) -> int:
+        return int(rid[1:])
+
+    admitted = [index(d.req.rid) for d in done]
+    pages, dtypes, aux, rows, allocated = [], [], [], [], []
+    for d in done:
+        got, buffer = sent[d.req.rid]
+        row = req_pool.req_to_token[d.req.kv.req_pool_idx]
+        pages.append(int_tuple(got))
+        dtypes.append(str(np.asarray(got).dtype))
+        aux.append(int(buffer))
+        rows.append(int(d.req.kv.req_pool_idx))
+        allocated.append(int_tuple(row[: case.requests[index(d.req.rid)].fill_len]))
+    return QueueTrace(
+        admitted=tuple(admitted),
+        failed=tuple(index(d.req.rid) for d in failed),
+        remaining=tuple(index(d.req.rid) for d in q.queue),
+        streamed=tuple(index(rid) for rid in streamed),
+        cleared=tuple(index(rid) for rid in cleared),
+        pages=tuple(pages),
+        dtypes=tuple(dtypes),
+        aux=tuple(aux),
+        rows=tuple(rows),
+        allocated=tuple(allocated),
     )

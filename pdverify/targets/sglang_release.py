@@ -13,11 +13,11 @@ Releases moved and renamed the units under test (read from the released wheels, 
 * The function-level sender units (``send_kv_chunk``, ``decode_page_indices``: P9-P14, M1) are one call of the
   release's ``_send_kv_chunk`` with its real KV sender (``CommonKVSender``; Mooncake's on 0.5.21 and 0.5.22, whose
   ``CommonKVSender.send`` is a placeholder the transports override) and its ``_transfer_page_indices``, from 0.5.21.
-* The scheduler-level units (``prefill_exchange``, ``decode_prealloc``, ``wire_roundtrip``) are driven through
-  SGLang's own methods by drivers written against the 0.5.23 form (``CommonKVManager.prepare_send_state_indices``,
-  ``build_receiver_metadata_message``, which 0.5.22 lacks). Earlier releases have these paths in other forms;
-  for them the unit is not supplied and ``unit_sources`` says why, so the report shows "not applicable (... no
-  driver for this release's form)", never a pass.
+* The scheduler-level units (``prefill_exchange``, ``decode_prealloc``, ``decode_queue``, ``wire_roundtrip``) are
+  driven through SGLang's own methods by drivers written against the 0.5.23 form
+  (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
+  Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
+  why, so the report shows "not applicable (... no driver for this release's form)", never a pass.
 """
 
 from __future__ import annotations
@@ -126,18 +126,22 @@ def sglang_release_target() -> Target:
             supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
 
     def scheduler_drivers() -> tuple[Any, ...]:
-        from pdverify.targets.sglang_decode import sglang_decode_prealloc
+        from pdverify.targets.sglang_decode import sglang_decode_prealloc, sglang_decode_queue
         from pdverify.targets.sglang_prefill import sglang_prefill_exchange
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
-        return sglang_prefill_exchange, sglang_decode_prealloc, sglang_wire_roundtrip
+        return sglang_prefill_exchange, sglang_decode_prealloc, sglang_decode_queue, sglang_wire_roundtrip
 
     def sender_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_prefill import sglang_decode_page_indices, sglang_send_kv_chunk
 
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
-    drive(("prefill_exchange", "decode_prealloc", "wire_roundtrip"), SCHEDULER_DRIVERS_FROM, scheduler_drivers)
+    drive(
+        ("prefill_exchange", "decode_prealloc", "decode_queue", "wire_roundtrip"),
+        SCHEDULER_DRIVERS_FROM,
+        scheduler_drivers,
+    )
     drive(("send_kv_chunk", "decode_page_indices"), CHUNK_SENDER_FROM, sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     # every unit notes the SGLang functions its calls enter (the run report's ``calls`` per property)

@@ -1,0 +1,149 @@
+"""Decode's pre-allocation queue: one ``DecodePreallocQueue.pop_preallocated`` pass over several queued requests
+(sglang-real-paths.md section 4.2; sglang 0.5.23's admission loop).
+
+A ``DecodeQueueCase`` is what one pass reads: the queued requests in queue order (each bootstrapped or still
+waiting for its KV receiver, aborted or not, with its priority and LoRA adapter), the requests already running
+(their tokens are retractable; their adapters are loaded), the free metadata buffers, request-to-token rows and
+KV pages, and the token budget admission may commit. A ``QueueTrace`` is what the pass did: which requests it
+admitted (in order), failed and left queued, which aborts it streamed, and for each admitted request the
+destination list and metadata buffer it sent to prefill.
+
+The decode radix cache is off here (the one-request ``DecodeCase`` covers prefixes): every admitted request's
+destination list covers its whole prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdverify.model.layout import pages_needed
+from pdverify.validation import require_int, require_page_size
+
+CLIP_MAX_NEW_TOKENS = 4096
+"""``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``'s default: admission counts at most this many new tokens."""
+
+PRIORITY_ORDERS = ("low_first", "high_first")
+"""Priority scheduling: lower priority values first (``schedule_low_priority_values_first``) or higher first."""
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    """One request in decode's pre-allocation queue."""
+
+    length: int
+    """Prompt tokens (``origin_input_ids``)."""
+    output_len: int = 1
+    """Output tokens prefill already produced (``output_ids``)."""
+    max_new_tokens: int = 8
+    bootstrapped: bool = True
+    """Its KV receiver is ready (``waiting_for_input``); a request still bootstrapping is passed over."""
+    aborted: bool = False
+    """Aborted while queued (``finished_reason`` is ``FINISH_ABORT``)."""
+    abort_streamed: bool = False
+    """The abort was already streamed to the client (``finished_output``); only read when ``aborted``."""
+    priority: int = 0
+    lora: str | None = None
+    """Its LoRA adapter (None: the base model); only read with LoRA on."""
+    checked: bool = True
+    """In the pass's ``rids_to_check``; only read when the case restricts the pass."""
+
+    def __post_init__(self) -> None:
+        require_int("length", self.length, minimum=1)
+        require_int("output_len", self.output_len, minimum=0)
+        require_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        require_int("priority", self.priority)
+        if self.lora is not None and not isinstance(self.lora, str):
+            raise TypeError(f"lora must be an adapter name or None, got {self.lora!r}")
+
+    @property
+    def fill_len(self) -> int:
+        """The KV decode holds for it: the prompt plus the output tokens but the last."""
+        return self.length + max(self.output_len - 1, 0)
+
+
+@dataclass(frozen=True)
+class DecodeQueueCase:
+    """One ``pop_preallocated`` pass."""
+
+    page_size: int
+    requests: tuple[QueuedRequest, ...]
+    free_pages: tuple[int, ...]
+    """The order the KV allocator hands pages out in."""
+    metadata_buffers: int
+    """Free metadata buffers (``req_to_metadata_buffer_idx_allocator``): one per admitted request."""
+    request_rows: int
+    """Free request-to-token rows (``req_to_token_pool``): one per admitted request."""
+    token_budget: int
+    """Tokens admission may commit in this pass (what ``_allocatable_token_budgets`` reports before it);
+    at most the free pages' tokens."""
+    reserved_decode_tokens: int = 0
+    """``num_reserved_decode_tokens``: headroom each admitted request must leave for decoding."""
+    running: tuple[tuple[int, str | None], ...] = ()
+    """The running batch: ``(tokens, lora)`` of each request (tokens are retractable; adapters are loaded)."""
+    priority_order: str | None = None
+    """None: FIFO; else priority scheduling in ``PRIORITY_ORDERS``."""
+    max_loras: int | None = None
+    """None: LoRA off; else the adapters a batch may hold (the base model counts as one)."""
+    restrict: bool = False
+    """The pass is given ``rids_to_check``: the requests whose ``checked`` is set."""
+
+    def __post_init__(self) -> None:
+        require_page_size(self.page_size)
+        if not self.requests:
+            raise ValueError("requests must hold at least one queued request")
+        for i, r in enumerate(self.requests):
+            if not isinstance(r, QueuedRequest):
+                raise TypeError(f"requests[{i}] must be a QueuedRequest, got {type(r).__name__}")
+            if r.max_new_tokens > CLIP_MAX_NEW_TOKENS:
+                raise ValueError(f"requests[{i}].max_new_tokens must be <= {CLIP_MAX_NEW_TOKENS}")
+        if 0 in self.free_pages or len(set(self.free_pages)) != len(self.free_pages):
+            raise ValueError("free_pages must be distinct pages >= 1 (page 0 is padding)")
+        require_int("metadata_buffers", self.metadata_buffers, minimum=0)
+        require_int("request_rows", self.request_rows, minimum=0)
+        require_int("reserved_decode_tokens", self.reserved_decode_tokens, minimum=0)
+        require_int("token_budget", self.token_budget, minimum=0)
+        if self.token_budget > len(self.free_pages) * self.page_size:
+            raise ValueError(
+                f"token_budget={self.token_budget} exceeds the free pages' {len(self.free_pages) * self.page_size} "
+                "tokens: admission's budget never counts more than the pool holds"
+            )
+        for tokens, lora in self.running:
+            require_int("running tokens", tokens, minimum=1)
+            if lora is not None and not isinstance(lora, str):
+                raise TypeError(f"running lora must be an adapter name or None, got {lora!r}")
+        if self.priority_order is not None and self.priority_order not in PRIORITY_ORDERS:
+            raise ValueError(f"priority_order must be None or one of {PRIORITY_ORDERS}, got {self.priority_order!r}")
+        if self.max_loras is not None:
+            require_int("max_loras", self.max_loras, minimum=1)
+
+    @property
+    def retractable_tokens(self) -> int:
+        return sum(tokens for tokens, _ in self.running)
+
+    def pages_for(self, index: int) -> int:
+        """KV pages request ``index`` takes when admitted."""
+        return pages_needed(self.requests[index].fill_len, self.page_size)
+
+
+@dataclass
+class QueueTrace:
+    """What one pass did; requests are named by their index in ``DecodeQueueCase.requests``."""
+
+    admitted: tuple[int, ...]
+    """In admission order."""
+    failed: tuple[int, ...]
+    remaining: tuple[int, ...]
+    """The queue after the pass, in its order."""
+    streamed: tuple[int, ...]
+    """Aborts streamed to the client by this pass."""
+    cleared: tuple[int, ...]
+    """Requests whose KV receiver was cleared and released."""
+    pages: tuple[tuple[int, ...], ...]
+    """Per admitted request: the destination page list sent to prefill."""
+    dtypes: tuple[str, ...]
+    aux: tuple[int, ...]
+    """Per admitted request: its metadata buffer."""
+    rows: tuple[int, ...]
+    """Per admitted request: its request-to-token row."""
+    allocated: tuple[tuple[int, ...], ...]
+    """Per admitted request: the token locations of ``[0, fill_len)``."""

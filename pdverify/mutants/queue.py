@@ -1,0 +1,151 @@
+"""Faults in decode's pre-allocation queue: pdverify's port of one ``pop_preallocated`` pass with one step replaced.
+
+Each mutant is a ``PreallocPass`` whose single method (or one line of its loop's rule) does what a slip in
+SGLang's admission loop could: the wrong exit on a condition, an off-by-one on a pool, a budget not refreshed,
+the sort or ``rids_to_check`` lost, a page handed out twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
+from pdverify.mutants.catalogue import mutant
+from pdverify.production.decode_queue import PreallocPass
+
+
+@mutant("XQ01", "decode_queue", "missing removal", "aborted requests reported failed but left in the queue")
+def aborted_left_queued(case: DecodeQueueCase, device: str) -> QueueTrace:
+    run = PreallocPass(case, device)
+    trace = run.run()
+    return replace(trace, remaining=tuple(i for i in run.queue if i not in trace.admitted))
+
+
+@mutant("XQ02", "decode_queue", "double report", "an abort streamed again though it already was")
+def abort_streamed_twice(case: DecodeQueueCase, device: str) -> QueueTrace:
+    trace = PreallocPass(case, device).run()
+    return replace(trace, streamed=trace.failed)
+
+
+class _StopAtBootstrapping(PreallocPass):
+    def verdict(self, i: int) -> str:
+        req = self.case.requests[i]
+        if self.looked_at(i) and i not in self.removed and not req.bootstrapped:
+            return "stop"
+        return super().verdict(i)
+
+
+@mutant("XQ03", "decode_queue", "wrong exit", "a request still bootstrapping stops admission instead of being passed")
+def stop_at_bootstrapping(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _StopAtBootstrapping(case, device).run()
+
+
+class _StopAtLora(PreallocPass):
+    def verdict(self, i: int) -> str:
+        verdict = super().verdict(i)
+        req = self.case.requests[i]
+        if verdict == "skip" and self.looked_at(i) and i not in self.removed and req.bootstrapped:
+            return "stop"  # passed over for its adapter: break instead of continue
+        return verdict
+
+
+@mutant("XQ04", "decode_queue", "wrong exit", "a request whose LoRA adapter does not fit stops admission (break)")
+def stop_at_lora(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _StopAtLora(case, device).run()
+
+
+class _OneBufferMore(PreallocPass):
+    def __init__(self, case: DecodeQueueCase, device: str) -> None:
+        super().__init__(case, device)
+        self.free_buffers = list(range(case.metadata_buffers + 1))  # "available <= 0" read as "< 0"
+
+
+@mutant("XQ05", "decode_queue", "off by one", "one request admitted past the last free metadata buffer")
+def one_buffer_more(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _OneBufferMore(case, device).run()
+
+
+class _StaleBudget(PreallocPass):
+    def budget(self) -> int:
+        return self.case.token_budget  # not refreshed after an admission
+
+
+@mutant("XQ06", "decode_queue", "stale state", "every request checked against the budget before the pass")
+def stale_budget(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _StaleBudget(case, device).run()
+
+
+class _PriorityReversed(PreallocPass):
+    def sort_queue(self) -> None:
+        order = self.case.priority_order
+        if order is not None:
+            sign = -1 if order == "low_first" else 1
+            self.queue.sort(key=lambda i: self.case.requests[i].priority * sign)
+
+
+@mutant("XQ07", "decode_queue", "wrong order", "schedule_low_priority_values_first read the wrong way round")
+def priority_reversed(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PriorityReversed(case, device).run()
+
+
+@mutant("XQ08", "decode_queue", "lost order", "the queue after the pass in arrival order, not the priority order")
+def sort_not_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
+    trace = PreallocPass(case, device).run()
+    return replace(trace, remaining=tuple(sorted(trace.remaining)))
+
+
+class _AllLookedAt(PreallocPass):
+    def looked_at(self, i: int) -> bool:
+        return True
+
+
+@mutant("XQ09", "decode_queue", "ignored argument", "rids_to_check ignored: the whole queue is looked at")
+def rids_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _AllLookedAt(case, device).run()
+
+
+class _PagesReused(PreallocPass):
+    def allocate(self, req: QueuedRequest) -> tuple[int, list[int]]:
+        free = list(self.free_pages)
+        row, locations = super().allocate(req)
+        self.free_pages = free  # the free list is not advanced: the next request gets the same pages
+        return row, locations
+
+
+@mutant("XQ10", "decode_queue", "double allocation", "the free page list not advanced after an admission")
+def pages_reused(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PagesReused(case, device).run()
+
+
+class _HeadroomIgnored(PreallocPass):
+    def required_tokens(self, req: QueuedRequest) -> int:
+        ps = self.case.page_size
+        return -(-req.fill_len // ps) * ps  # only the pages: no decode headroom, no new tokens
+
+
+@mutant("XQ11", "decode_queue", "missing term", "admission counts a request's pages only, not its decode headroom")
+def headroom_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _HeadroomIgnored(case, device).run()
+
+
+class _Int64Destinations(PreallocPass):
+    def destination(self, req: QueuedRequest, row: int) -> np.ndarray:
+        return super().destination(req, row).astype(np.int64)
+
+
+@mutant("XQ12", "decode_queue", "dtype", "destination list sent as int64 (the wire reads int32)")
+def int64_destinations(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _Int64Destinations(case, device).run()
+
+
+class _DestinationFromFill(PreallocPass):
+    def destination(self, req: QueuedRequest, row: int) -> np.ndarray:
+        full = replace(req, length=req.fill_len)
+        return super().destination(full, row)
+
+
+@mutant("XQ13", "decode_queue", "wrong end", "destination list up to fill_len (prompt + outputs) instead of L")
+def destination_from_fill(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _DestinationFromFill(case, device).run()

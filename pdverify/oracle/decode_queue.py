@@ -1,0 +1,67 @@
+"""Oracle of one pass of decode's pre-allocation queue (``pop_preallocated``), from its contract, in plain Python.
+
+The contract (sglang 0.5.23): the pass looks at the queue in its order - priority order when priority scheduling
+is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. Every aborted request it
+looks at fails: it leaves the queue, its receiver is released, and its abort is streamed unless it already was.
+It then admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA
+adapter would not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at
+the first request that finds no free metadata buffer, no free request row, or a token budget short of its need:
+``max(its KV pages' tokens + the decode headroom, prompt + min(max_new_tokens, clip) - retractable tokens)``.
+Each admission takes its pages' tokens from the budget. The queue keeps the rest, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, DecodeQueueCase
+
+
+@dataclass(frozen=True)
+class ExpectedPass:
+    admitted: list[int]
+    failed: list[int]
+    remaining: list[int]
+    streamed: list[int]
+
+
+def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
+    reqs = case.requests
+    ps = case.page_size
+    order = list(range(len(reqs)))
+    if case.priority_order == "low_first":
+        order.sort(key=lambda i: reqs[i].priority)
+    elif case.priority_order == "high_first":
+        order.sort(key=lambda i: -reqs[i].priority)
+    looked_at = [i for i in order if reqs[i].checked or not case.restrict]
+    failed = [i for i in looked_at if reqs[i].aborted]
+    streamed = [i for i in failed if not reqs[i].abort_streamed]
+
+    loaded = {lora for _, lora in case.running}
+    retractable = 0
+    for tokens, _ in case.running:
+        retractable += tokens
+    buffers, rows, budget = case.metadata_buffers, case.request_rows, case.token_budget
+    admitted: list[int] = []
+    for i in looked_at:
+        r = reqs[i]
+        if r.aborted or not r.bootstrapped:
+            continue
+        if buffers == 0:
+            break
+        if case.max_loras is not None and r.lora not in loaded and len(loaded | {r.lora}) > case.max_loras:
+            continue
+        if rows == 0:
+            break
+        fill = r.length + (r.output_len - 1 if r.output_len > 1 else 0)
+        tokens = (fill + ps - 1) // ps * ps
+        need = max(
+            tokens + case.reserved_decode_tokens, r.length + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) - retractable
+        )
+        if need > budget:
+            break
+        admitted.append(i)
+        buffers, rows, budget = buffers - 1, rows - 1, budget - tokens
+        loaded.add(r.lora)
+    gone = set(admitted) | set(failed)
+    return ExpectedPass(admitted, failed, [i for i in order if i not in gone], streamed)

@@ -1,0 +1,184 @@
+"""Decode's pre-allocation queue (``pop_preallocated`` over several requests): who is admitted, who fails, what
+stays queued, and what each admitted request registers with prefill.
+
+Q1-Q3 compare one pass against the oracle (``pdverify.oracle.decode_queue``): aborted requests fail, are released
+and streamed once; admission is first come first served in queue (or priority) order, passes over requests
+still bootstrapping or whose LoRA adapter does not fit, and stops at the first request without a metadata buffer,
+a request row or the token budget; the queue keeps the rest in order. Q4 checks the admitted requests' resources
+on their own: every destination list names exactly the pages the request was given, no page twice across
+requests, never page 0; distinct buffers and rows; the allocated tokens within the budget.
+"""
+
+from __future__ import annotations
+
+from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
+from pdverify.oracle.decode_queue import expected_pass
+from pdverify.properties.registry import examples, note_event, prop
+from pdverify.targets import Target
+from strategies.queue import decode_queues
+
+NEEDS = ("decode_queue",)
+
+FREE = (38, 61, 11, 62, 48, 33, 50, 7, 45, 8, 19, 27, 70, 3, 55, 41)
+"""A fragmented free list (sglang-real-paths.md section 4.2's, extended)."""
+
+
+def _queue(*requests: QueuedRequest, **settings: object) -> DecodeQueueCase:
+    base: dict[str, object] = {
+        "page_size": 4,
+        "requests": requests,
+        "free_pages": FREE,
+        "metadata_buffers": len(requests),
+        "request_rows": len(requests),
+        "token_budget": len(FREE) * 4,
+    }
+    return DecodeQueueCase(**{**base, **settings})  # type: ignore[arg-type]
+
+
+R = QueuedRequest
+EXAMPLES = [
+    # an aborted request (not yet streamed) ahead of two live ones; a still-bootstrapping one between them
+    _queue(R(9, aborted=True), R(6), R(5, bootstrapped=False), R(7)),
+    # buffers for two of three: the third waits
+    _queue(R(5), R(6), R(7), metadata_buffers=2),
+    # rows for one: the pass stops at the second
+    _queue(R(5), R(6), request_rows=1),
+    # the budget covers the first (8 tokens + 0 headroom, 5 + 3 new) but not the second (12 tokens)
+    _queue(R(5, max_new_tokens=3), R(9, max_new_tokens=3), token_budget=16),
+    # priority scheduling, high values first, with a tie kept in queue order
+    _queue(R(5, priority=1), R(6, priority=3), R(7, priority=1), priority_order="high_first", metadata_buffers=2),
+    # the budget (16) covers the first request's 8 tokens + 8 of headroom, not the second's 4 + 8
+    _queue(R(5, max_new_tokens=3), R(4, max_new_tokens=1), token_budget=16, reserved_decode_tokens=8),
+    # LoRA with room for two adapters, "a" running: "b" joins, "c" waits, "a" behind it goes
+    _queue(R(5, lora="b"), R(6, lora="c"), R(7, lora="a"), max_loras=2, running=((10, "a"),)),
+    # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
+    _queue(
+        R(5, aborted=True, checked=False),
+        R(6, checked=False),
+        R(7, aborted=True, abort_streamed=True),
+        R(8),
+        restrict=True,
+    ),
+]
+
+
+def _events(case: DecodeQueueCase, trace: QueueTrace) -> None:
+    if trace.failed:
+        note_event("aborted requests failed")
+    if len(trace.admitted) < sum(1 for r in case.requests if r.bootstrapped and not r.aborted):
+        note_event("admission stopped or passed over a request")
+    if case.priority_order:
+        note_event("priority scheduling")
+    if case.max_loras:
+        note_event("LoRA")
+    if case.restrict:
+        note_event("rids_to_check")
+
+
+def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
+    return ", ".join(f"#{i}" for i in indices) or "none"
+
+
+def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
+    trace: QueueTrace = target.require("decode_queue")(case, device)
+    _events(case, trace)
+    return trace
+
+
+@examples("case", EXAMPLES)
+@prop(
+    "Q1",
+    "aborted requests the pass looks at fail: they leave the queue, their receiver is released, their abort is "
+    "streamed unless it already was; no other request fails",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q1_aborted_requests_fail(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    want = expected_pass(case)
+    assert list(trace.failed) == want.failed, (
+        f"failed {_names(case, trace.failed)}, expected {_names(case, want.failed)}"
+    )
+    assert sorted(trace.cleared) == sorted(want.failed), (
+        f"receivers released for {_names(case, trace.cleared)}, expected {_names(case, want.failed)}"
+    )
+    assert sorted(trace.streamed) == sorted(want.streamed), (
+        f"aborts streamed for {_names(case, trace.streamed)}, expected {_names(case, want.streamed)} "
+        "(an abort already streamed is not streamed again)"
+    )
+
+
+@examples("case", EXAMPLES)
+@prop(
+    "Q2",
+    "admission is first come first served in queue (or priority) order: requests still bootstrapping or whose "
+    "LoRA adapter does not fit are passed over, the pass stops at the first without a metadata buffer, a request "
+    "row or the token budget, and never admits outside rids_to_check",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q2_admission_order_and_stops(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    want = expected_pass(case)
+    assert list(trace.admitted) == want.admitted, (
+        f"admitted {_names(case, trace.admitted)}, expected {_names(case, want.admitted)} "
+        f"(buffers {case.metadata_buffers}, rows {case.request_rows}, budget {case.token_budget} tokens)"
+    )
+
+
+@examples("case", EXAMPLES)
+@prop(
+    "Q3",
+    "the queue after the pass holds every request neither admitted nor failed, in the pass's order",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    want = expected_pass(case)
+    assert list(trace.remaining) == want.remaining, (
+        f"queue after the pass {_names(case, trace.remaining)}, expected {_names(case, want.remaining)}"
+    )
+
+
+@examples("case", EXAMPLES)
+@prop(
+    "Q4",
+    "each admitted request's destination list (int32) names exactly the pages it was given for its prompt; no page "
+    "is given twice, none is page 0 or outside the free list; buffers and rows are distinct; the tokens allocated "
+    "stay within the budget",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    ps, n = case.page_size, len(trace.admitted)
+    for name, values in (("pages", trace.pages), ("dtypes", trace.dtypes), ("aux", trace.aux), ("rows", trace.rows),
+                         ("allocated", trace.allocated)):  # fmt: skip
+        assert len(values) == n, f"{len(values)} {name} for {n} admitted requests"
+    given: dict[int, int] = {}
+    free = set(case.free_pages)
+    for k, i in enumerate(trace.admitted):
+        req = case.requests[i]
+        locs = trace.allocated[k]
+        assert len(locs) == req.fill_len, f"#{i} was given {len(locs)} token slots for fill_len {req.fill_len}"
+        held = [locs[p] // ps for p in range(0, req.fill_len, ps)]
+        for j, loc in enumerate(locs):
+            assert loc // ps == held[j // ps] and loc % ps == j % ps, (
+                f"#{i}: token {j} at {loc} is not slot {j % ps} of its page {held[j // ps]}"
+            )
+        for page in held:
+            assert page in free and page != 0, f"#{i} was given page {page}, not a free page (free: {sorted(free)})"
+            assert page not in given, f"page {page} given to #{i} and to #{given[page]}"
+            given[page] = i
+        want = held[: -(-req.length // ps)]
+        assert trace.dtypes[k] == "int32", f"#{i}'s destination list is {trace.dtypes[k]}, the wire carries int32"
+        assert list(trace.pages[k]) == want, (
+            f"#{i} registered destination pages {list(trace.pages[k])}, it holds {want} for its {req.length} tokens"
+        )
+    assert len(set(trace.aux)) == n and all(0 <= a < case.metadata_buffers for a in trace.aux), (
+        f"metadata buffers {list(trace.aux)} for {n} requests ({case.metadata_buffers} free)"
+    )
+    assert len(set(trace.rows)) == n and 0 not in trace.rows, f"request rows {list(trace.rows)} (row 0 is padding)"
+    used = len(given) * ps
+    assert used <= case.token_budget, f"{used} tokens allocated, the budget was {case.token_budget}"

@@ -1,0 +1,86 @@
+"""Strategies for decode's pre-allocation queue: ``decode_queues`` (one ``pop_preallocated`` pass)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from pdverify.model.layout import pages_needed
+from pdverify.model.queue import PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
+from strategies._choices import Choices
+from strategies._seeded import distinct_sample
+from strategies._validate import check_int
+from strategies.layouts import page_size_list
+
+ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
+"""The LoRA adapters requests draw from (None: the base model, which counts as an adapter in a batch)."""
+
+
+def decode_queues(
+    *, max_requests: int = 5, max_length: int = 32, max_page_size: int = 16
+) -> st.SearchStrategy[DecodeQueueCase]:
+    """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a
+    prompt of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still
+    waiting for its receiver, aborted (its abort streamed already or not) or live; FIFO or priority scheduling
+    (either order, priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base
+    model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
+    requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
+    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them.
+    Shortfalls shrink to none: the simplest pass admits every live bootstrapped request."""
+    check_int("max_requests", max_requests, minimum=1)
+    check_int("max_length", max_length, minimum=1)
+    check_int("max_page_size", max_page_size, minimum=1)
+    return _decode_queues(max_requests=max_requests, max_length=max_length, max_page_size=max_page_size)
+
+
+@st.composite
+def _decode_queues(draw: st.DrawFn, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
+    return draw_decode_queue(
+        Choices(draw), max_requests=max_requests, max_length=max_length, max_page_size=max_page_size
+    )
+
+
+def _shortfall(c: Choices, most: int) -> int:
+    """None half the time (shrinks to none), else ``0..most``."""
+    return c.integer(0, most) if c.boolean() else 0
+
+
+def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
+    """``decode_queues``' example, drawn from ``c``."""
+    ps = c.pick(page_size_list(max_page_size))
+    k = c.integer(1, max_requests)
+    order = c.pick(PRIORITY_ORDERS) if c.boolean() else None
+    max_loras = c.integer(1, 3) if c.boolean() else None
+    restrict = c.boolean()
+    requests = []
+    for _ in range(k):
+        aborted = c.integer(0, 3) == 3  # one in four; shrinks to live
+        requests.append(
+            QueuedRequest(
+                length=c.integer(1, max_length),
+                output_len=c.integer(0, 3),
+                max_new_tokens=c.integer(1, 32),
+                bootstrapped=c.integer(0, 3) != 3,
+                aborted=aborted,
+                abort_streamed=aborted and c.boolean(),
+                priority=c.integer(0, 3) if order else 0,
+                lora=c.pick(ADAPTERS) if max_loras else None,
+                checked=c.integer(0, 3) != 3 if restrict else True,
+            )
+        )
+    running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2)))
+    reserved = c.integer(0, 8)
+    pool = sum(pages_needed(r.fill_len, ps) for r in requests) + pages_needed(32 + 8, ps) + c.integer(0, 2)
+    cap = pool * ps
+    return DecodeQueueCase(
+        page_size=ps,
+        requests=tuple(requests),
+        free_pages=tuple(distinct_sample(c, 1, pool + 32, pool)),
+        metadata_buffers=k - _shortfall(c, k),
+        request_rows=k - _shortfall(c, k),
+        token_budget=cap - _shortfall(c, cap),
+        reserved_decode_tokens=reserved,
+        running=running,
+        priority_order=order,
+        max_loras=max_loras,
+        restrict=restrict,
+    )
