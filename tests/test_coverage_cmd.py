@@ -77,6 +77,7 @@ def test_branches_not_taken_are_explained_or_listed(tmp_path: Path, monkeypatch:
         FunctionCoverage,
         load_unreached,
         markdown,
+        stale_entries,
         unreached_branches,
     )
 
@@ -95,6 +96,11 @@ def test_branches_not_taken_are_explained_or_listed(tmp_path: Path, monkeypatch:
     row = FunctionCoverage("covmod_unreached:admit", 6, 4, 4, 1, unreachable=1)
     text = markdown([row], "t", got)
     assert "| 1/4 (25%) | 1/3 (33%) |" in text and "NPU only" in text and "0 unexplained" in text
+    assert stale_entries(got, load_unreached(entries_file)) == []
+    # the NPU branch is taken now: its explanation is stale
+    region["missing_branches"].remove([3, 4])
+    now = unreached_branches(report, ["covmod_unreached:admit"], load_unreached(entries_file))
+    assert [e["branch"] for e in stale_entries(now, load_unreached(entries_file))] == ["if npu"]
     region["missing_branches"].append([2, 9])
     last = unreached_branches(report, ["covmod_unreached:admit"], load_unreached(entries_file))[-1]
     assert last.kind == UNEXPLAINED and last.source == "def admit(n, npu):"

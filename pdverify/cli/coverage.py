@@ -191,6 +191,22 @@ def _regions(report: dict[str, Any], functions: list[str]) -> list[tuple[str, st
     return out
 
 
+def stale_entries(unreached: list[Unreached], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries that explain no branch the run left untaken: the branch is taken now (or the entry never matched),
+    so the explanation no longer describes the run and must go."""
+    chosen = set()
+    for u in unreached:
+        qualname = u.function.partition(":")[2]
+        first = next((k for k, e in enumerate(entries) if _matches(e, qualname, u.source, u.line)), None)
+        if first is not None:
+            chosen.add(first)
+    return [e for k, e in enumerate(entries) if k not in chosen]
+
+
+def _matches(entry: dict[str, Any], qualname: str, source: str, line: int) -> bool:
+    return bool(qualname.endswith(entry["function"]) and entry["branch"] in source and entry.get("line", line) == line)
+
+
 def unreached_branches(report: dict[str, Any], functions: list[str], entries: list[dict[str, Any]]) -> list[Unreached]:
     """Every branch of ``functions`` the run did not take, each matched to its explanation."""
     import linecache
@@ -200,14 +216,7 @@ def unreached_branches(report: dict[str, Any], functions: list[str], entries: li
         qualname = spec.partition(":")[2]
         for line, target in region.get("missing_branches", []):
             source = linecache.getline(path, line).strip()
-            match = next(
-                (
-                    e
-                    for e in entries
-                    if qualname.endswith(e["function"]) and e["branch"] in source and e.get("line", line) == line
-                ),
-                None,
-            )
+            match = next((e for e in entries if _matches(e, qualname, source, line)), None)
             kind, reason = (match["kind"], match["reason"]) if match else (UNEXPLAINED, "no entry explains it")
             out.append(Unreached(spec, line, target, source, kind, reason))
     return out
@@ -293,8 +302,11 @@ def run_coverage(
     cov.xml_report(outfile=str(out / "coverage.xml"), include=include)
     rows = summarize(report, functions, _contexts_per_function(cov, report, functions))
     unreached = None
+    stale: list[dict[str, Any]] = []
     if unreached_file is not None:
-        unreached = unreached_branches(report, functions, load_unreached(unreached_file))
+        entries = load_unreached(unreached_file)
+        unreached = unreached_branches(report, functions, entries)
+        stale = stale_entries(unreached, entries)
         cannot = {f: sum(1 for u in unreached if u.function == f and u.kind == UNREACHABLE) for f in functions}
         rows = [replace(r, unreachable=cannot.get(r.function, 0)) for r in rows]
     text = markdown(rows, title, unreached)
@@ -306,8 +318,8 @@ def run_coverage(
         echo(f"not measured (not imported or outside --source): {', '.join(missing)}")
         return 1
     unexplained = [u for u in unreached or [] if u.kind == UNEXPLAINED]
-    if require_explained and unexplained:
-        for u in unexplained:
-            echo(f"UNEXPLAINED branch {u.function}:{u.line}->{u.target} ({u.source})")
-        return 1
-    return 0
+    for u in unexplained:
+        echo(f"UNEXPLAINED branch {u.function}:{u.line}->{u.target} ({u.source})")
+    for e in stale:
+        echo(f"STALE entry in {unreached_file}: {e['function']} '{e['branch']}' explains no branch left untaken")
+    return 1 if require_explained and (unexplained or stale) else 0
