@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from pdverify.model.exchange import STATE_TYPES, DecodeCase, PrefillCase
@@ -25,7 +27,7 @@ def prefill_cases(
     unaligned ones are skipped by the code), an int64 virtual-to-physical translation (a page table) or none, any
     subset of
     the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
-    its ring, the request's row and its aux index."""
+    its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health check)."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -63,7 +65,7 @@ def draw_prefill_sends(
     mode = c.pick(MODES)
     early = c.integer(0, n - 1) if n and c.boolean() else None
     window = shared.window if shared else c.integer(1, 40)
-    return PrefillCase(
+    case = PrefillCase(
         page_size=ps,
         length=n,
         decode_prefix=d,
@@ -81,6 +83,9 @@ def draw_prefill_sends(
         ring_size=shared.ring_size if shared else window + c.integer(0, 8),
         aux_index=shared.aux_index if shared else c.integer(0, 2**31 - 1),
     )
+    if shared is None and c.boolean():  # drawn last: earlier choices keep their meaning
+        case = replace(case, kv_checksum=True, health_check=c.boolean())
+    return case
 
 
 def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:

@@ -78,6 +78,10 @@ class PrefillCase:
     ring_size: int = 8
     """The unified SWA ring stride (``unified_swa_ring_size``), at least the window."""
     aux_index: int = 7
+    kv_checksum: bool = False
+    """``--disaggregation-enable-kv-checksum``: the last send digests the request's KV pages for decode to verify."""
+    health_check: bool = False
+    """A health-check request (its rid carries SGLang's health-check prefix): never digested."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -168,6 +172,9 @@ class PrefillTrace:
     metadata_sets: int = 0
     """How often the request's metadata buffer was set (``disagg_metadata_buffers.set_buf``): once, by the
     last chunk."""
+    digests: list[tuple[int, ...] | None] = field(default_factory=list)
+    """Each KV checksum set on the request's metadata (``set_kv_checksum``): the page ids the digest read, in
+    order (None: set to 0 without a digest)."""
 
 
 @dataclass(frozen=True)

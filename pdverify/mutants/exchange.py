@@ -374,3 +374,65 @@ def decode_dsa_from_zero(case: DecodeCase, device: str) -> DecodeTrace:
         decode_port, "suffix_page_indices", lambda t, r, d, n, ps: suffix_page_indices(t, r, 0, n, ps)
     ):
         return decode_port.decode_prealloc(case, device)
+
+
+# --- the KV checksum ------------------------------------------------------------------------------------
+
+
+def _with_digest(digest: Callable[[port.PrefillRequest, int], None], case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port, "digest_kv", digest):
+        return port.prefill_exchange(case, device)
+
+
+def _digest_range(req: port.PrefillRequest, start: int, end: int, *, translated: bool = True) -> tuple[int, ...]:
+    case = req.case
+    kv = req.table[case.req_pool_idx, start:end]
+    if translated:
+        kv = port.translate(case, kv)
+    return tuple(int(p) for p in kv_to_page_indices(kv, case.page_size))
+
+
+@mutant("XC01", "prefill_exchange", "untranslated ids", "the checksum digests the virtual row ids (0.5.23, F2)")
+def digest_untranslated(case: PrefillCase, device: str) -> PrefillTrace:
+    def digest(req: port.PrefillRequest, extend_end: int) -> None:
+        if req.case.kv_checksum:
+            end = min(extend_end, req.case.length)
+            req.digests.append(
+                None if req.case.health_check else _digest_range(req, req.decode_prefix, end, translated=False)
+            )
+
+    return _with_digest(digest, case, device)
+
+
+@mutant("XC02", "prefill_exchange", "wrong origin", "the checksum digests the row from 0, the decode prefix included")
+def digest_from_zero(case: PrefillCase, device: str) -> PrefillTrace:
+    def digest(req: port.PrefillRequest, extend_end: int) -> None:
+        if req.case.kv_checksum:
+            end = min(extend_end, req.case.length)
+            req.digests.append(None if req.case.health_check else _digest_range(req, 0, end))
+
+    return _with_digest(digest, case, device)
+
+
+@mutant("XC03", "prefill_exchange", "missing case", "a health-check request is digested like any other")
+def digest_health_check(case: PrefillCase, device: str) -> PrefillTrace:
+    def digest(req: port.PrefillRequest, extend_end: int) -> None:
+        if req.case.kv_checksum:
+            req.digests.append(_digest_range(req, req.decode_prefix, min(extend_end, req.case.length)))
+
+    return _with_digest(digest, case, device)
+
+
+@mutant("XC04", "prefill_exchange", "wrong range", "the checksum digests only what the last send ships")
+def digest_last_send(case: PrefillCase, device: str) -> PrefillTrace:
+    def digest(req: port.PrefillRequest, extend_end: int) -> None:
+        if req.case.kv_checksum:
+            end = min(extend_end, req.case.length)
+            req.digests.append(None if req.case.health_check else _digest_range(req, req.start_send_idx, end))
+
+    return _with_digest(digest, case, device)
+
+
+@mutant("XC05", "prefill_exchange", "always on", "every request's last send sets a checksum, the flag off too")
+def digest_always(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, kv_checksum=True), device)

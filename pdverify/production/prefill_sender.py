@@ -95,6 +95,7 @@ class PrefillRequest:
     decode_prefix: int = 0
     early_send_prefix_end: int | None = None
     metadata_sets: int = 0
+    digests: list[tuple[int, ...] | None] = field(default_factory=list)
 
 
 def _swa_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
@@ -190,6 +191,22 @@ def send_kv_chunk(req: PrefillRequest, extend_end: int, *, last_chunk: bool, end
     req.start_send_idx = end
 
 
+def digest_kv(req: PrefillRequest, extend_end: int) -> None:
+    """``send_kv_chunk``'s KV checksum on the last chunk: the digest reads the pages the request sends for
+    ``[D, end)``, as the transfer addresses them (translated to physical ids where the pool translates); a
+    health-check request is set to 0 undigested. One difference from sglang 0.5.23, which digests the
+    untranslated ids (finding F2, ``findings/sglang-0.5.23.json``)."""
+    case = req.case
+    if not case.kv_checksum:
+        return
+    if case.health_check:
+        req.digests.append(None)
+        return
+    end = min(extend_end, case.length)
+    kv = translate(case, req.table[case.req_pool_idx, req.decode_prefix : end])
+    req.digests.append(tuple(int(p) for p in kv_to_page_indices(kv, case.page_size)))
+
+
 def maybe_send_cached_prefix_chunk(req: PrefillRequest, extend_end: int) -> None:
     """The early send of the device-resident cached prefix (staging: snapshotted at the first batch)."""
     case = req.case
@@ -220,7 +237,11 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
         if k == 0:
             maybe_send_cached_prefix_chunk(req, end)
             trace.start_send_idx.append(req.start_send_idx)
-        send_kv_chunk(req, end, last_chunk=k == len(case.chunk_ends) - 1)
+        last = k == len(case.chunk_ends) - 1
+        if last:
+            digest_kv(req, end)
+        send_kv_chunk(req, end, last_chunk=last)
         trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = req.metadata_sets
+    trace.digests = req.digests
     return trace

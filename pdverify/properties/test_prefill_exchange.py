@@ -56,6 +56,10 @@ EXAMPLES = [
     PrefillCase(
         4, 22, 4, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(22)), (22,), state_types=("SWA",), window=3
     ),
+    # the KV checksum over a DCP-packed, early-sent request; over translated pages; a health-check request
+    _spec_case(dcp_max_tokens=8, early_prefix=12, kv_checksum=True),
+    _spec_case(chunk_ends=(23,), kv_checksum=True, translation=(0, 0, 12, 13, 0, 15, 16, 0, 18, 19)),
+    _spec_case(kv_checksum=True, health_check=True),
 ]
 
 
@@ -202,6 +206,32 @@ def test_s15_early_send_waits_on_forward(target: Target, device: str, case: Pref
     assert waits == [want] + [False] * (len(waits) - 1), (
         f"transfers waiting on the forward {waits}, expected only the first to {'' if want else 'not '}wait "
         f"(overlap={case.overlap}, early prefix {case.early_prefix}, D={case.decode_prefix}): {_show(trace.transfers)}"
+    )
+
+
+@examples_of
+@prop(
+    "S16",
+    "with the KV checksum on, the last send sets it once and its digest reads exactly the pages the request sends "
+    "for [D, L), as the transfer addresses them (physical ids once translated); a health-check request is set to 0 "
+    "undigested; with the checksum off none is set",
+    needs=NEEDS,
+    case=prefill_cases(),
+)
+def test_s16_kv_checksum(target: Target, device: str, case: PrefillCase) -> None:
+    trace = run(target, case, device)
+    if not case.kv_checksum:
+        assert trace.digests == [], f"checksums set with the checksum off: {trace.digests}"
+        return
+    note_event("KV checksum" + (" (health check)" if case.health_check else ""))
+    if case.health_check:
+        assert trace.digests == [None], f"a health-check request got digests {trace.digests}, expected one 0"
+        return
+    want = oracle.main_pages(case)
+    sent = [p for t in trace.transfers for p in t.pages]
+    assert [list(d) if d is not None else None for d in trace.digests] == [want], (
+        f"digests {trace.digests}, expected one over the pages sent for [D, L) = {want} "
+        f"(transfers: {_show(trace.transfers)}; sent {sent}; translated: {case.translation is not None})"
     )
 
 

@@ -282,8 +282,12 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
                 available_size=lambda: 1, alloc=lambda: case.aux_index
             )
 
+    from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
+
+    digests: list[tuple[int, ...] | None] = []
+    _kv_checksum(sched, case.kv_checksum, digests)
     req: Any = SimpleNamespace(
-        rid="r0",
+        rid=f"{HEALTH_CHECK_RID_PREFIX}r0" if case.health_check else "r0",
         origin_input_ids=[0] * case.length,
         extend_end=0,
         kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
@@ -317,4 +321,24 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
             trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = len(set_buf)
+    trace.digests = digests
     return trace
+
+
+def _kv_checksum(sched: Any, enabled: bool, digests: list[tuple[int, ...] | None]) -> None:
+    """``--disaggregation-enable-kv-checksum``: a checksum computer that records the page ids it was asked to
+    digest (the real one runs an Adler-32 kernel over the registered KV buffers on CUDA), and the metadata
+    buffers' ``set_kv_checksum`` recording each digest set (0: set undigested)."""
+    pending: list[tuple[int, ...]] = []
+
+    class Computer:
+        def compute(self, kv_page_indices_gpu: Any, state_indices_gpu: Any = None) -> int:
+            pending.append(int_tuple(kv_page_indices_gpu))
+            return len(pending)
+
+    def set_kv_checksum(req: Any, digest: int, signature: int) -> None:
+        digests.append(pending.pop() if digest else None)
+
+    sched.kv_checksum_computer = Computer() if enabled else None
+    sched.disagg_metadata_buffers.set_kv_checksum = set_kv_checksum
+    sched.disagg_prefill_bootstrap_queue.kv_checksum_signature = 77
