@@ -5,7 +5,7 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
-from strategies.exchange import decode_cases, pd_exchanges, prefill_cases, state_lists
+from strategies.exchange import decode_cases, pd_exchanges, prefill_cases, rank_splits, state_lists
 from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
@@ -33,6 +33,7 @@ __all__ = [
     "pd_exchanges",
     "pd_pairs",
     "prefill_cases",
+    "rank_splits",
     "register_field",
     "registered",
     "requests",

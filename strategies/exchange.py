@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import STATE_TYPES, DecodeCase, PrefillCase
+from pdverify.model.exchange import RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
 from strategies._choices import Choices
 from strategies._seeded import distinct_sample
@@ -86,6 +86,13 @@ def draw_prefill_sends(
     if shared is None and c.boolean():  # drawn last: earlier choices keep their meaning
         case = replace(case, kv_checksum=True, health_check=c.boolean())
     return case
+
+
+def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
+    """How the prefill ranks of a request share its transfer: a mode of ``RANK_SPLITS`` and ``2..max_ranks``
+    ranks (a property runs every rank)."""
+    check_int("max_ranks", max_ranks, minimum=2)
+    return st.tuples(st.sampled_from(RANK_SPLITS), st.integers(2, max_ranks))
 
 
 def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ from strategies import (
     page_sizes,
     paged_rows,
     pd_pairs,
+    rank_splits,
     requests,
     token_index_lists,
 )
@@ -86,6 +87,7 @@ BAD: list[tuple[str, Any]] = [
     ("max_length", lambda: pd_pairs(max_length=-1)),
     ("max_chunks", lambda: pd_pairs(max_chunks=0)),
     ("max_requests", lambda: decode_queues(max_requests=0)),
+    ("max_ranks", lambda: rank_splits(max_ranks=1)),
     ("max_length", lambda: decode_queues(max_length=0)),
     ("max_page_size", lambda: decode_queues(max_page_size=0)),
 ]

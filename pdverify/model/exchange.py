@@ -31,6 +31,13 @@ STATE_TYPES: tuple[str, ...] = (
 the unified SWA ring and the request row."""
 
 
+RANK_SPLITS: tuple[str, ...] = ("kv_shard", "cp_all", "cp_rank0")
+"""How the prefill ranks of one request share its transfer: ``kv_shard`` (KV cache sharding: logical page ``l``
+lives on rank ``l % N`` as local page ``l // N``; each rank sends the pages it owns at their positions),
+``cp_all`` (every context-parallel rank sends its contiguous share of the page list) and ``cp_rank0`` (only CP
+rank 0 sends; the others are dummy participants that report success at the last chunk)."""
+
+
 def state_list_start(kind: str, *, page_size: int, decode_prefix: int, length: int, window: int) -> int | None:
     """The token position where a page-strided state list of ``kind`` starts on either side (None: the kind
     is not page-strided): the SWA window at ``floor(max(D, L - W) / ps) * ps``, the DSA and MiniMax index-K
@@ -82,6 +89,9 @@ class PrefillCase:
     """``--disaggregation-enable-kv-checksum``: the last send digests the request's KV pages for decode to verify."""
     health_check: bool = False
     """A health-check request (its rid carries SGLang's health-check prefix): never digested."""
+    rank_split: tuple[str, int, int] | None = None
+    """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
+    (``RANK_SPLITS``); None: one rank sends everything."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -116,6 +126,13 @@ class PrefillCase:
         require_int("window", self.window, minimum=1)
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+        if self.rank_split is not None:
+            mode, rank, size = self.rank_split
+            if mode not in RANK_SPLITS or not isinstance(size, int) or size < 2 or not 0 <= rank < size:
+                raise ValueError(
+                    f"rank_split={self.rank_split} must be (mode, rank, size) with mode in {RANK_SPLITS}, size >= 2 "
+                    "and 0 <= rank < size"
+                )
 
     def _check_translation(self, v2p: tuple[int, ...]) -> None:
         virtual = sorted({loc // self.page_size for loc in self.row})
@@ -158,6 +175,14 @@ class Transfer:
     waits_on_forward: bool = False
     """It carries the early send's completion event (overlap scheduling): the transfer worker waits for the
     prior step's forward to finish writing the prefix pages before it reads them."""
+    positions: tuple[int, ...] | None = None
+    """The destination positions of ``pages`` when they replace the range (a KV-sharded rank's owned pages;
+    ``start`` and ``stop`` are then 0)."""
+
+    @property
+    def destinations(self) -> tuple[int, ...]:
+        """The position in decode's destination list of each page."""
+        return self.positions if self.positions is not None else tuple(range(self.start, self.stop))
 
 
 @dataclass
@@ -172,6 +197,8 @@ class PrefillTrace:
     metadata_sets: int = 0
     """How often the request's metadata buffer was set (``disagg_metadata_buffers.set_buf``): once, by the
     last chunk."""
+    statuses: list[str] = field(default_factory=list)
+    """What the sender reported to its KV manager (``KVPoll`` names), in order."""
     digests: list[tuple[int, ...] | None] = field(default_factory=list)
     """Each KV checksum set on the request's metadata (``set_kv_checksum``): the page ids the digest read, in
     order (None: set to 0 without a digest)."""

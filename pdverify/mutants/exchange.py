@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -436,3 +437,80 @@ def digest_last_send(case: PrefillCase, device: str) -> PrefillTrace:
 @mutant("XC05", "prefill_exchange", "always on", "every request's last send sets a checksum, the flag off too")
 def digest_always(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, kv_checksum=True), device)
+
+
+# --- ranks sharing a request's transfer ---------------------------------------------------------------------
+
+
+_SENDER = port.CommonSender
+"""The port's sender, held here: the mutants below patch ``port.CommonSender`` with a subclass of it."""
+
+
+def _with_share(share: Any, case: PrefillCase, device: str) -> PrefillTrace:
+    sender = type("SplitSender", (_SENDER,), {"_share": share})
+    with mock.patch.object(port, "CommonSender", sender):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XR01", "prefill_exchange", "missing conversion", "a KV-sharded rank sends global page ids, not local")
+def shard_global_ids(case: PrefillCase, device: str) -> PrefillTrace:
+    def share(self: Any, values: list[int], start: int, is_last: bool) -> Any:
+        got = _SENDER._share(self, values, start, is_last)
+        if got is None or self.split is None or self.split[0] != "kv_shard":
+            return got
+        positions = got[3]
+        return [values[p - start] for p in positions], 0, 0, positions
+
+    return _with_share(share, case, device)
+
+
+@mutant("XR02", "prefill_exchange", "lost positions", "a KV-sharded rank's owned pages placed as one range")
+def shard_as_range(case: PrefillCase, device: str) -> PrefillTrace:
+    def share(self: Any, values: list[int], start: int, is_last: bool) -> Any:
+        got = _SENDER._share(self, values, start, is_last)
+        if got is None or self.split is None or self.split[0] != "kv_shard":
+            return got
+        return got[0], start, start + len(got[0]), None
+
+    return _with_share(share, case, device)
+
+
+@mutant(
+    "XR03", "prefill_exchange", "wrong bounds", "an all-CP-ranks rank takes its share of each chunk, not of the list"
+)
+def cp_share_per_chunk(case: PrefillCase, device: str) -> PrefillTrace:
+    def share(self: Any, values: list[int], start: int, is_last: bool) -> Any:
+        if self.split is None or self.split[0] != "cp_all":
+            return _SENDER._share(self, values, start, is_last)
+        _, rank, size = self.split
+        base, extra = divmod(len(values), size)
+        lo = rank * base + min(rank, extra)
+        hi = lo + base + (1 if rank < extra else 0)
+        return values[lo:hi], start + lo, start + hi, None
+
+    return _with_share(share, case, device)
+
+
+@mutant("XR04", "prefill_exchange", "missing guard", "a dummy CP rank sends like rank 0")
+def dummy_sends(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.rank_split is not None and case.rank_split[0] == "cp_rank0":
+        case = replace(case, rank_split=("cp_rank0", 0, case.rank_split[2]))
+    return port.prefill_exchange(case, device)
+
+
+@mutant("XR05", "prefill_exchange", "missing report", "a dummy CP rank never reports success")
+def dummy_silent(case: PrefillCase, device: str) -> PrefillTrace:
+    trace = port.prefill_exchange(case, device)
+    trace.statuses = [s for s in trace.statuses if s != "Success"]
+    return trace
+
+
+@mutant("XR06", "prefill_exchange", "wrong condition", "a KV-sharded rank skips its final chunk when it owns none")
+def shard_skips_final(case: PrefillCase, device: str) -> PrefillTrace:
+    def share(self: Any, values: list[int], start: int, is_last: bool) -> Any:
+        got = _SENDER._share(self, values, start, is_last)
+        if got is not None and self.split is not None and self.split[0] == "kv_shard" and not got[0]:
+            return None
+        return got
+
+    return _with_share(share, case, device)

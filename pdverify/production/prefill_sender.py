@@ -11,7 +11,11 @@
   (``compute_grid_segments``); each segment is translated, paged and sent when it has pages or is the final
   segment of the last chunk; state goes with that final segment only.
 * ``CommonKVSender``: ``send`` places a chunk at ``dst[curr_idx : curr_idx + n]``, flags it last when
-  ``curr_idx`` reaches the initialised count, and forwards aux and state only then.
+  ``curr_idx`` reaches the initialised count, and forwards aux and state only then. With the ranks of a request
+  sharing its transfer (``_prepare_send_indices``): a KV-sharded rank sends the pages it owns (``l % N``) as local
+  ids (``l // N``) at their positions and skips a non-final chunk that owns none; an all-CP-ranks rank sends its
+  contiguous share of the page list (the first ``total % N`` ranks one page more); a dummy CP rank sends nothing
+  and reports success at the last chunk.
 
 The page lists follow the row's dtype (int32), int64 after a translation, as upstream.
 """
@@ -45,9 +49,41 @@ class CommonSender:
     transfers: list[Transfer] = field(default_factory=list)
     early_send_wait: bool = False
     """An early send's completion event is pending: the next transfer carries it (and clears it)."""
+    split: tuple[str, int, int] | None = None
+    statuses: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        dummy = self.split is not None and self.split[0] == "cp_rank0" and self.split[1] != 0
+        self.statuses.append("WaitingForInput" if dummy else "Bootstrapping")
 
     def init(self, num_kv_indices: int, aux_index: int | None) -> None:
         self.num_kv_indices, self.aux_index = num_kv_indices, aux_index
+
+    def _share(self, values: list[int], start: int, is_last: bool) -> tuple[list[int], int, int, Any] | None:
+        """This rank's part of a chunk placed at ``[start, start + len(values))``: its pages, the destination
+        range, and the positions when they replace the range (None: the chunk is skipped)."""
+        stop = start + len(values)
+        if self.split is None:
+            return values, start, stop, None
+        mode, rank, size = self.split
+        if mode == "kv_shard":
+            owned = [k for k, v in enumerate(values) if v % size == rank]
+            if not owned and not is_last:
+                return None
+            return [values[k] // size for k in owned], 0, 0, tuple(start + k for k in owned)
+        if mode == "cp_all":
+            base, extra = divmod(self.num_kv_indices, size)
+            lo = rank * base + min(rank, extra)
+            hi = lo + base + (1 if rank < extra else 0)
+            first, last = max(lo, start), min(hi, stop)
+            if last <= first:
+                return [], start, start, None
+            return values[first - start : last - start], first, last, None
+        if rank != 0:  # a dummy CP rank
+            if is_last:
+                self.statuses.append("Success")
+            return None
+        return values, start, stop, None
 
     @staticmethod
     def should_send_kv_chunk(num_pages: int, last_chunk: bool) -> bool:
@@ -58,13 +94,18 @@ class CommonSender:
         start = self.curr_idx
         self.curr_idx += len(pages)
         is_last = self.curr_idx == self.num_kv_indices
+        share = self._share([int(p) for p in pages], start, is_last)
+        if share is None:
+            return
+        values, first, last, positions = share
         waits, self.early_send_wait = self.early_send_wait, False
         self.transfers.append(
             Transfer(
-                pages=tuple(int(p) for p in pages),
+                pages=tuple(values),
                 dtype=str(pages.dtype).removeprefix("torch."),
-                start=start,
-                stop=self.curr_idx,
+                start=first,
+                stop=last,
+                positions=positions,
                 is_last=is_last,
                 aux_index=self.aux_index if is_last else None,
                 state=tuple(tuple(int(v) for v in s) for s in state) if is_last and state is not None else None,
@@ -228,7 +269,7 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
     width = case.length + case.page_size
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
     table[case.req_pool_idx, : case.length] = torch.tensor(case.row, dtype=torch.int32, device=device)
-    req = PrefillRequest(case, table, CommonSender())
+    req = PrefillRequest(case, table, CommonSender(split=case.rank_split))
     # finalize_bootstrap
     req.decode_prefix = req.start_send_idx = case.decode_prefix
     req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
@@ -244,4 +285,5 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
         trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = req.metadata_sets
     trace.digests = req.digests
+    trace.statuses = req.sender.statuses
     return trace

@@ -10,6 +10,7 @@ and MiniMax index-K suffix from ``D``, the full lists from 0, the ring and the r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import note_event, prop
 from pdverify.targets import Target
-from strategies import PDPair, pd_pairs, prefill_cases, state_lists
+from strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 
 NEEDS = ("prefill_exchange",)
 SPEC_PAGES = (5, 6, 2, 9, 3, 8)
@@ -233,6 +234,73 @@ def test_s16_kv_checksum(target: Target, device: str, case: PrefillCase) -> None
         f"digests {trace.digests}, expected one over the pages sent for [D, L) = {want} "
         f"(transfers: {_show(trace.transfers)}; sent {sent}; translated: {case.translation is not None})"
     )
+
+
+SPLIT_EXAMPLES = [
+    (_spec_case(dcp_max_tokens=8), ("kv_shard", 2)),
+    (_spec_case(early_prefix=12), ("kv_shard", 3)),
+    (_spec_case(chunk_ends=(10, 23)), ("cp_all", 3)),
+    (_spec_case(chunk_ends=(18, 23), chunked_prefill_size=8), ("cp_all", 4)),
+    (_spec_case(), ("cp_rank0", 2)),
+    (PrefillCase(4, 8, 8, tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(8)), (8,)), ("kv_shard", 2)),
+]
+
+
+def _split_examples(fn: Any) -> Any:
+    for case, split in SPLIT_EXAMPLES:
+        fn = example(case=case, split=split)(fn)
+    return fn
+
+
+@_split_examples
+@prop(
+    "S17",
+    "the prefill ranks sharing a request's transfer send each destination position exactly once between them: a "
+    "KV-sharded rank the pages it owns (l % N) as local ids (l // N), an all-CP-ranks rank its contiguous share in "
+    "rank order, a dummy CP rank nothing (it reports success at the last chunk); each sending rank flags exactly "
+    "its final transfer last",
+    needs=NEEDS,
+    case=prefill_cases(),
+    split=rank_splits(),
+)
+def test_s17_ranks_partition_the_transfer(
+    target: Target, device: str, case: PrefillCase, split: tuple[str, int]
+) -> None:
+    mode, size = split
+    note_event(f"rank split: {mode}")
+    full = oracle.main_pages(case)
+    owner: dict[int, int] = {}
+    spans: list[tuple[int, int]] = []
+    for rank in range(size):
+        trace = run(target, replace(case, rank_split=(mode, rank, size)), device)
+        where = f"rank {rank} of {size} ({mode}): {_show(trace.transfers)}"
+        if mode == "cp_rank0" and rank:
+            assert not trace.transfers, f"a dummy CP rank sent: {where}"
+            assert trace.statuses[-1:] == ["Success"], f"dummy CP rank reported {trace.statuses}, ending in Success"
+            continue
+        lasts = [k for k, t in enumerate(trace.transfers) if t.is_last]
+        assert lasts == [len(trace.transfers) - 1], f"last flags at transfers {lasts}, expected only the final: {where}"
+        sent: list[int] = []
+        for t in trace.transfers:
+            dest = t.destinations
+            assert len(dest) == len(t.pages), f"{len(t.pages)} pages for {len(dest)} positions: {where}"
+            for pos, page in zip(dest, t.pages, strict=True):
+                assert 0 <= pos < len(full) and pos not in owner, (
+                    f"position {pos} sent twice or out of [0, {len(full)}) (first by rank {owner.get(pos)}): {where}"
+                )
+                owner[pos] = rank
+                want = full[pos] // size if mode == "kv_shard" else full[pos]
+                if mode == "kv_shard":
+                    assert full[pos] % size == rank, f"page {full[pos]} belongs to rank {full[pos] % size}: {where}"
+                assert page == want, f"position {pos}: sent {page}, expected {want}: {where}"
+            sent.extend(dest)
+        if mode == "cp_all" and sent:
+            assert sent == list(range(sent[0], sent[-1] + 1)), f"rank {rank}'s share is not contiguous: {where}"
+            spans.append((sent[0], sent[-1]))
+    assert sorted(owner) == list(range(len(full))), (
+        f"positions sent {sorted(owner)}, expected every one of [0, {len(full)}) (pages {full})"
+    )
+    assert spans == sorted(spans), f"CP shares out of rank order: {spans}"
 
 
 @examples_of

@@ -56,8 +56,20 @@ class _Manager:
         self.deferred_bootstrap = None
         self.is_dummy_cp_rank = False
         self.attn_dp_rank = 0
-        self.kv_shard_size = 1
+        self.kv_shard_size, self.kv_shard_rank = 1, 0
         self.enable_all_cp_ranks_for_transfer = False
+        self.attn_cp_rank, self.attn_cp_size = 0, 1
+        if case is not None and case.rank_split is not None:
+            mode, rank, size = case.rank_split
+            if mode == "kv_shard":  # KV cache sharding turns all-CP-ranks transfer on too (CommonKVManager)
+                self.kv_shard_size, self.kv_shard_rank = size, rank
+                self.enable_all_cp_ranks_for_transfer = True
+            elif mode == "cp_all":
+                self.enable_all_cp_ranks_for_transfer = True
+                self.attn_cp_rank, self.attn_cp_size = rank, size
+            else:
+                self.attn_cp_rank, self.attn_cp_size = rank, size
+                self.is_dummy_cp_rank = rank != 0
         self.req_to_decode_prefix_len = {room: case.decode_prefix if case else 0}
         self._dcp_pack_max_tokens = case.dcp_max_tokens if case else None
         self.transfer_infos = {room: {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}}
@@ -79,12 +91,14 @@ class _Manager:
     ) -> None:
         state = kw.get("state_indices")
         self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
+        ranged = isinstance(index_slice, slice)  # a KV-sharded rank passes its owned positions instead
         self.transfers.append(
             Transfer(
                 pages=int_tuple(kv_indices),
                 dtype=_dtype(kv_indices),
-                start=index_slice.start,
-                stop=index_slice.stop,
+                start=index_slice.start if ranged else 0,
+                stop=index_slice.stop if ranged else 0,
+                positions=None if ranged else int_tuple(index_slice),
                 is_last=bool(is_last_chunk),
                 aux_index=kw.get("aux_index"),
                 state=None if state is None else tuple(int_tuple(s) for s in state),
@@ -306,9 +320,14 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.enable_overlap = case.overlap
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.runtime_context import get_parallel
+
     with (
         _patched_schedule(prefill, case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
+        # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
+        get_parallel().override(enable_dsa_cache_layer_split=False),
     ):
         assert Queue().finalize_bootstrap(req)
         trace = PrefillTrace(sender.num_kv_indices, manager.transfers, [req.start_send_idx])
@@ -322,6 +341,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = len(set_buf)
     trace.digests = digests
+    names = {v: k for k, v in vars(KVPoll).items() if not k.startswith("_")}
+    trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     return trace
 
 
