@@ -51,12 +51,15 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = c.pick(PRIORITY_ORDERS) if c.boolean() else None
     max_loras = c.integer(1, 3) if c.boolean() else None
     restrict = c.boolean()
+    radix = c.boolean()
+    shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     requests = []
     for _ in range(k):
         aborted = c.integer(0, 3) == 3  # one in four; shrinks to live
+        length = c.integer(1, max_length)
         requests.append(
             QueuedRequest(
-                length=c.integer(1, max_length),
+                length=length,
                 output_len=c.integer(0, 3),
                 max_new_tokens=c.integer(1, 32),
                 bootstrapped=c.integer(0, 3) != 3,
@@ -65,6 +68,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 priority=c.integer(0, 3) if order else 0,
                 lora=c.pick(ADAPTERS) if max_loras else None,
                 checked=c.integer(0, 3) != 3 if restrict else True,
+                prefix_pages=tuple(shared[: c.integer(0, length // ps)]) if radix else (),
+                rebootstrap=c.integer(0, 3) == 3,
             )
         )
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2)))
@@ -83,4 +88,5 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         priority_order=order,
         max_loras=max_loras,
         restrict=restrict,
+        radix=radix,
     )

@@ -75,6 +75,9 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queued, {"output_len": -1}, "output_len"),
         (queued, {"max_new_tokens": 0}, "max_new_tokens"),
         (queued, {"max_new_tokens": 4097}, "requests[0].max_new_tokens must be <= 4096"),
+        (queued, {"prefix_pages": (0,)}, "prefix_pages=(0,) must be distinct pages >= 1"),
+        (queued, {"prefix_pages": (7, 8)}, "requests[0] has a prefix of 2 pages, more than its 5 tokens"),
+        (queued, {"prefix_pages": (3,)}, "requests[0].prefix_pages must not be free pages"),
     ],
 )
 def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:
@@ -102,3 +105,8 @@ def test_in_contract_cases() -> None:
     assert d.l1_prefix == 4 and d.fill_len == 8
     q = queue(requests=(QueuedRequest(5, output_len=3), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
     assert q.retractable_tokens == 9 and q.requests[0].fill_len == 7 and q.pages_for(0) == 2 and q.pages_for(1) == 1
+    r = queue(requests=(QueuedRequest(9, output_len=2, prefix_pages=(7, 8)),), radix=True, free_pages=(1, 2, 3, 4))
+    assert r.prefix_len(0) == 8 and r.pages_for(0) == 1 and r.requests[0].prefill_len == 9
+    b = QueuedRequest(9, output_len=2, rebootstrap=True, prefix_pages=(7, 8))
+    assert b.fill_len == b.prefill_len == 11
+    assert queue(requests=(b,), radix=True, free_pages=(1, 2, 3, 4)).prefix_len(0) == 0

@@ -8,8 +8,11 @@ KV pages, and the token budget admission may commit. A ``QueueTrace`` is what th
 admitted (in order), failed and left queued, which aborts it streamed, and for each admitted request the
 destination list and metadata buffer it sent to prefill.
 
-The decode radix cache is off here (the one-request ``DecodeCase`` covers prefixes): every admitted request's
-destination list covers its whole prompt.
+With the decode radix cache on, a request may match a device (L1) prefix of whole pages the cache holds; the
+match locks them until the request is admitted (the lock passes to it) or turned away (released). Its
+destination list then starts at that prefix. A rebootstrapped request (re-sent after a prefill failure) never
+matches: prefill recomputes its prompt and its outputs, so decode holds and receives ``L + outputs`` tokens.
+HiCache host hits are the one-request ``DecodeCase``'s.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ class QueuedRequest:
     """Its LoRA adapter (None: the base model); only read with LoRA on."""
     checked: bool = True
     """In the pass's ``rids_to_check``; only read when the case restricts the pass."""
+    prefix_pages: tuple[int, ...] = ()
+    """The device (L1) prefix the decode radix cache holds for it, whole pages; only read with the radix cache
+    on and the request not rebootstrapped."""
+    rebootstrap: bool = False
+    """Re-sent after a prefill failure (``is_rebootstrap``, ``pd_rebootstrap_in_progress``)."""
 
     def __post_init__(self) -> None:
         require_int("length", self.length, minimum=1)
@@ -54,11 +62,19 @@ class QueuedRequest:
         require_int("priority", self.priority)
         if self.lora is not None and not isinstance(self.lora, str):
             raise TypeError(f"lora must be an adapter name or None, got {self.lora!r}")
+        if 0 in self.prefix_pages or len(set(self.prefix_pages)) != len(self.prefix_pages):
+            raise ValueError(f"prefix_pages={self.prefix_pages} must be distinct pages >= 1")
 
     @property
     def fill_len(self) -> int:
-        """The KV decode holds for it: the prompt plus the output tokens but the last."""
-        return self.length + max(self.output_len - 1, 0)
+        """The KV decode holds for it: the prompt plus the output tokens but the last (all of them when
+        rebootstrapped: prefill recomputes them)."""
+        return self.length + (self.output_len if self.rebootstrap else max(self.output_len - 1, 0))
+
+    @property
+    def prefill_len(self) -> int:
+        """The tokens prefill computes and sends: the prompt (with the outputs when rebootstrapped)."""
+        return self.length + (self.output_len if self.rebootstrap else 0)
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,8 @@ class DecodeQueueCase:
     """None: LoRA off; else the adapters a batch may hold (the base model counts as one)."""
     restrict: bool = False
     """The pass is given ``rids_to_check``: the requests whose ``checked`` is set."""
+    radix: bool = False
+    """``--disaggregation-decode-enable-radix-cache``: requests match their ``prefix_pages``."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -96,6 +114,12 @@ class DecodeQueueCase:
                 raise TypeError(f"requests[{i}] must be a QueuedRequest, got {type(r).__name__}")
             if r.max_new_tokens > CLIP_MAX_NEW_TOKENS:
                 raise ValueError(f"requests[{i}].max_new_tokens must be <= {CLIP_MAX_NEW_TOKENS}")
+            if len(r.prefix_pages) * self.page_size > r.length:
+                raise ValueError(
+                    f"requests[{i}] has a prefix of {len(r.prefix_pages)} pages, more than its {r.length} tokens"
+                )
+            if set(r.prefix_pages) & set(self.free_pages):
+                raise ValueError(f"requests[{i}].prefix_pages must not be free pages (the radix cache holds them)")
         if 0 in self.free_pages or len(set(self.free_pages)) != len(self.free_pages):
             raise ValueError("free_pages must be distinct pages >= 1 (page 0 is padding)")
         require_int("metadata_buffers", self.metadata_buffers, minimum=0)
@@ -120,9 +144,16 @@ class DecodeQueueCase:
     def retractable_tokens(self) -> int:
         return sum(tokens for tokens, _ in self.running)
 
+    def prefix_len(self, index: int) -> int:
+        """The L1 prefix request ``index`` matches: its prefix pages' tokens with the radix cache on and the
+        request not rebootstrapped, else 0."""
+        r = self.requests[index]
+        return len(r.prefix_pages) * self.page_size if self.radix and not r.rebootstrap else 0
+
     def pages_for(self, index: int) -> int:
-        """KV pages request ``index`` takes when admitted."""
-        return pages_needed(self.requests[index].fill_len, self.page_size)
+        """Fresh KV pages request ``index`` takes when admitted (its prefix is held already)."""
+        r = self.requests[index]
+        return pages_needed(r.fill_len, self.page_size) - self.prefix_len(index) // self.page_size
 
 
 @dataclass
@@ -146,4 +177,8 @@ class QueueTrace:
     rows: tuple[int, ...]
     """Per admitted request: its request-to-token row."""
     allocated: tuple[tuple[int, ...], ...]
-    """Per admitted request: the token locations of ``[0, fill_len)``."""
+    """Per admitted request: the token locations of ``[prefix, fill_len)`` it was given."""
+    row_prefix: tuple[tuple[int, ...], ...] = ()
+    """Per admitted request: its row's locations of ``[0, prefix)`` (the matched prefix)."""
+    locked: tuple[int, ...] = ()
+    """Requests holding a radix lock after the pass."""

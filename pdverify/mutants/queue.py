@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
+from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.mutants.catalogue import mutant
 from pdverify.production.decode_queue import PreallocPass
+from pdverify.production.page_index import kv_to_page_indices
 
 
 @mutant("XQ01", "decode_queue", "missing removal", "aborted requests reported failed but left in the queue")
@@ -107,9 +108,9 @@ def rids_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _PagesReused(PreallocPass):
-    def allocate(self, req: QueuedRequest) -> tuple[int, list[int]]:
+    def allocate(self, i: int) -> tuple[int, list[int]]:
         free = list(self.free_pages)
-        row, locations = super().allocate(req)
+        row, locations = super().allocate(i)
         self.free_pages = free  # the free list is not advanced: the next request gets the same pages
         return row, locations
 
@@ -120,9 +121,9 @@ def pages_reused(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _HeadroomIgnored(PreallocPass):
-    def required_tokens(self, req: QueuedRequest) -> int:
+    def required_tokens(self, i: int) -> int:
         ps = self.case.page_size
-        return -(-req.fill_len // ps) * ps  # only the pages: no decode headroom, no new tokens
+        return -(-self.case.requests[i].fill_len // ps) * ps - self.prefix(i)  # the pages only: no headroom
 
 
 @mutant("XQ11", "decode_queue", "missing term", "admission counts a request's pages only, not its decode headroom")
@@ -131,8 +132,8 @@ def headroom_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _Int64Destinations(PreallocPass):
-    def destination(self, req: QueuedRequest, row: int) -> np.ndarray:
-        return super().destination(req, row).astype(np.int64)
+    def destination(self, i: int, row: int) -> np.ndarray:
+        return super().destination(i, row).astype(np.int64)
 
 
 @mutant("XQ12", "decode_queue", "dtype", "destination list sent as int64 (the wire reads int32)")
@@ -141,11 +142,62 @@ def int64_destinations(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _DestinationFromFill(PreallocPass):
-    def destination(self, req: QueuedRequest, row: int) -> np.ndarray:
-        full = replace(req, length=req.fill_len)
-        return super().destination(full, row)
+    def destination(self, i: int, row: int) -> np.ndarray:
+        kv = self.req_to_token[row, self.prefix(i) : self.case.requests[i].fill_len]
+        return kv_to_page_indices(kv, self.case.page_size).astype(np.int32)
 
 
 @mutant("XQ13", "decode_queue", "wrong end", "destination list up to fill_len (prompt + outputs) instead of L")
 def destination_from_fill(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _DestinationFromFill(case, device).run()
+
+
+class _LockKept(PreallocPass):
+    def fits(self, i: int) -> bool:
+        locked = bool(self.prefix(i))
+        ok = super().fits(i)
+        if locked:
+            self.locks.add(i)  # turned away for memory, the request keeps its radix lock
+        return ok
+
+
+@mutant("XQ14", "decode_queue", "missing release", "a request turned away for memory keeps its radix prefix lock")
+def lock_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _LockKept(case, device).run()
+
+
+class _RebootstrapAsNew(PreallocPass):
+    def destination(self, i: int, row: int) -> np.ndarray:
+        req = self.case.requests[i]
+        kv = self.req_to_token[row, self.prefix(i) : req.length]  # the prompt only, as for a fresh request
+        return kv_to_page_indices(kv, self.case.page_size).astype(np.int32)
+
+
+@mutant("XQ15", "decode_queue", "wrong end", "a rebootstrapped request's destination list stops at its prompt")
+def rebootstrap_prompt_only(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _RebootstrapAsNew(case, device).run()
+
+
+class _RebootstrapMatches(PreallocPass):
+    def prefix(self, i: int) -> int:
+        req = self.case.requests[i]
+        return len(req.prefix_pages) * self.case.page_size if self.case.radix else 0
+
+
+@mutant("XQ16", "decode_queue", "missing guard", "a rebootstrapped request matches the radix cache like a new one")
+def rebootstrap_matches(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _RebootstrapMatches(case, device).run()
+
+
+class _PrefixCharged(PreallocPass):
+    def required_tokens(self, i: int) -> int:
+        ps, req = self.case.page_size, self.case.requests[i]
+        return max(
+            -(-req.fill_len // ps) * ps + self.case.reserved_decode_tokens,
+            req.prefill_len + min(req.max_new_tokens, 4096) - self.case.retractable_tokens,
+        )  # the matched prefix counted again
+
+
+@mutant("XQ17", "decode_queue", "double count", "admission charges a request for its matched prefix too")
+def prefix_charged(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PrefixCharged(case, device).run()

@@ -6,8 +6,11 @@ looks at fails: it leaves the queue, its receiver is released, and its abort is 
 It then admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA
 adapter would not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at
 the first request that finds no free metadata buffer, no free request row, or a token budget short of its need:
-``max(its KV pages' tokens + the decode headroom, prompt + min(max_new_tokens, clip) - retractable tokens)``.
-Each admission takes its pages' tokens from the budget. The queue keeps the rest, in order.
+``max(its fresh KV pages' tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens,
+clip) - retractable tokens)``. A request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix
+is held already; a rebootstrapped request matches none, and holds and receives its outputs too). Each admission
+takes its fresh pages' tokens from the budget. The queue keeps the rest, in order. Afterwards exactly the
+admitted requests with a matched prefix hold a radix lock.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class ExpectedPass:
     failed: list[int]
     remaining: list[int]
     streamed: list[int]
+    locked: list[int]
 
 
 def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
@@ -53,15 +57,18 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
             continue
         if rows == 0:
             break
-        fill = r.length + (r.output_len - 1 if r.output_len > 1 else 0)
-        tokens = (fill + ps - 1) // ps * ps
-        need = max(
-            tokens + case.reserved_decode_tokens, r.length + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) - retractable
-        )
+        outputs = r.output_len if r.rebootstrap else (r.output_len - 1 if r.output_len > 1 else 0)
+        fill = r.length + outputs
+        sent = r.length + (r.output_len if r.rebootstrap else 0)
+        prefix = len(r.prefix_pages) * ps if case.radix and not r.rebootstrap else 0
+        tokens = (fill + ps - 1) // ps * ps - prefix
+        new = min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        need = max(tokens + case.reserved_decode_tokens, sent - prefix + new - retractable)
         if need > budget:
             break
         admitted.append(i)
         buffers, rows, budget = buffers - 1, rows - 1, budget - tokens
         loaded.add(r.lora)
     gone = set(admitted) | set(failed)
-    return ExpectedPass(admitted, failed, [i for i in order if i not in gone], streamed)
+    locked = [i for i in admitted if case.radix and reqs[i].prefix_pages and not reqs[i].rebootstrap]
+    return ExpectedPass(admitted, failed, [i for i in order if i not in gone], streamed, locked)

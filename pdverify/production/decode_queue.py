@@ -1,13 +1,15 @@
 """One pass of decode's pre-allocation queue (``DecodePreallocQueue.pop_preallocated``), ported from sglang 0.5.23
-for the decode radix cache off.
+(decode radix cache with device prefixes; HiCache host hits are the one-request port's).
 
 The pass sorts the queue by priority (when priority scheduling is on), fails the aborted requests it looks at,
 then admits in queue order: a request still bootstrapping is passed over, one whose LoRA adapter does not fit is
 passed over, and the pass stops at the first request without a metadata buffer, a request row or the token
-budget for ``_required_admission_tokens``. An admitted request gets a row, its ``fill_len`` tokens from the
-allocator's free pages (written to its row from 0), a metadata buffer, and its destination list
-``kv_to_page_indices(row[0:L])`` cast to int32. The budget after each admission is the case's budget less the
-tokens allocated so far (the stand-in for ``_allocatable_token_budgets``).
+budget for ``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check
+matches its device prefix and locks it; turned away there, it releases the lock. An admitted request gets a
+row (its prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a
+metadata buffer, and its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A
+rebootstrapped request matches nothing and holds and receives its outputs too. The budget after each admission
+is the case's budget less the tokens allocated so far (the stand-in for ``_allocatable_token_budgets``).
 
 ``PreallocPass`` keeps each step a method so that the mutant catalogue can replace one at a time.
 """
@@ -37,6 +39,7 @@ class PreallocPass:
         self.allocated_tokens = 0
         self.loaded = {lora for _, lora in case.running}
         self.removed: set[int] = set()
+        self.locks: set[int] = set()
         self.streamed: list[int] = []
         self.cleared: list[int] = []
 
@@ -69,24 +72,43 @@ class PreallocPass:
     def budget(self) -> int:
         return self.case.token_budget - self.allocated_tokens
 
-    def required_tokens(self, req: QueuedRequest) -> int:
-        ps = self.case.page_size
-        alloc = -(-req.fill_len // ps) * ps
+    def prefix(self, i: int) -> int:
+        """The device prefix request ``i`` matches (0: the radix cache is off, or the request rebootstraps)."""
+        req = self.case.requests[i]
+        return len(req.prefix_pages) * self.case.page_size if self.case.radix and not req.rebootstrap else 0
+
+    def required_tokens(self, i: int) -> int:
+        req, ps, prefix = self.case.requests[i], self.case.page_size, self.prefix(i)
+        alloc = -(-req.fill_len // ps) * ps - prefix
         return max(
             alloc + self.case.reserved_decode_tokens,
-            req.length + min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens,
+            req.prefill_len - prefix + min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens,
         )
 
-    def allocate(self, req: QueuedRequest) -> tuple[int, list[int]]:
-        """A request row and the token locations of ``[0, fill_len)``, written to it."""
-        ps = self.case.page_size
+    def fits(self, i: int) -> bool:
+        """The budget check, with the prefix matched and locked first; a request turned away releases it."""
+        if self.prefix(i):
+            self.locks.add(i)
+        if self.required_tokens(i) > self.budget():
+            self.locks.discard(i)
+            return False
+        return True
+
+    def allocate(self, i: int) -> tuple[int, list[int]]:
+        """A request row with the prefix in ``[0, P)`` and fresh locations for ``[P, fill_len)``, written to it."""
+        req, ps, prefix = self.case.requests[i], self.case.page_size, self.prefix(i)
         row = self.free_rows.pop()
-        count = -(-req.fill_len // ps)
+        if prefix:
+            held = token_locations(list(req.prefix_pages), prefix, ps)
+            self.req_to_token[row, :prefix] = torch.tensor(held, dtype=torch.int32, device=self.device)
+        count = -(-req.fill_len // ps) - prefix // ps
         pages, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self.allocated_tokens += count * ps
-        locations = token_locations(pages, req.fill_len, ps)
+        locations = token_locations(pages, req.fill_len - prefix, ps)
         if locations:
-            self.req_to_token[row, : req.fill_len] = torch.tensor(locations, dtype=torch.int32, device=self.device)
+            self.req_to_token[row, prefix : req.fill_len] = torch.tensor(
+                locations, dtype=torch.int32, device=self.device
+            )
         return row, locations
 
     def verdict(self, i: int) -> str:
@@ -98,12 +120,14 @@ class PreallocPass:
             return "stop"
         if not self.lora_fits(req):
             return "skip"
-        if not self.free_rows or self.required_tokens(req) > self.budget():
+        if not self.free_rows or not self.fits(i):
             return "stop"
         return "admit"
 
-    def destination(self, req: QueuedRequest, row: int) -> np.ndarray:
-        return kv_to_page_indices(self.req_to_token[row, : req.length], self.case.page_size).astype(np.int32)
+    def destination(self, i: int, row: int) -> np.ndarray:
+        req = self.case.requests[i]
+        kv = self.req_to_token[row, self.prefix(i) : req.prefill_len]
+        return kv_to_page_indices(kv, self.case.page_size).astype(np.int32)
 
     # -- the pass --------------------------------------------------------------------------------------------
 
@@ -117,6 +141,7 @@ class PreallocPass:
         aux: list[int] = []
         rows: list[int] = []
         allocated: list[tuple[int, ...]] = []
+        row_prefix: list[tuple[int, ...]] = []
         for i in self.queue:
             verdict = self.verdict(i)
             if verdict == "stop":
@@ -124,8 +149,8 @@ class PreallocPass:
             if verdict == "skip":
                 continue
             req = self.case.requests[i]
-            row, locations = self.allocate(req)
-            dest = self.destination(req, row)
+            row, locations = self.allocate(i)
+            dest = self.destination(i, row)
             admitted.append(i)
             self.removed.add(i)
             pages.append(tuple(int(p) for p in dest))
@@ -133,6 +158,7 @@ class PreallocPass:
             aux.append(self.free_buffers.pop(0))
             rows.append(row)
             allocated.append(tuple(locations))
+            row_prefix.append(tuple(int(v) for v in self.req_to_token[row, : self.prefix(i)].tolist()))
             self.loaded.add(req.lora)
         return QueueTrace(
             admitted=tuple(admitted),
@@ -145,6 +171,8 @@ class PreallocPass:
             aux=tuple(aux),
             rows=tuple(rows),
             allocated=tuple(allocated),
+            row_prefix=tuple(row_prefix),
+            locked=tuple(sorted(self.locks)),
         )
 
 

@@ -51,6 +51,11 @@ EXAMPLES = [
     _queue(R(5, max_new_tokens=3), R(4, max_new_tokens=1), token_budget=16, reserved_decode_tokens=8),
     # LoRA with room for two adapters, "a" running: "b" joins, "c" waits, "a" behind it goes
     _queue(R(5, lora="b"), R(6, lora="c"), R(7, lora="a"), max_loras=2, running=((10, "a"),)),
+    # the radix cache: two requests share a 2-page prefix; the first needs 9 - 8 + 8 = 9 tokens, 4 fresh; the
+    # second 16 - 8 + 8 = 16 > 19 - 4 left: it is turned away and releases its lock
+    _queue(R(9, prefix_pages=(90, 91)), R(16, prefix_pages=(90, 91)), radix=True, token_budget=19),
+    # rebootstrapped: decode holds and receives the prompt and both outputs (5 + 2 = 7 tokens), never matches
+    _queue(R(5, output_len=2, rebootstrap=True, prefix_pages=(90,)), R(4, prefix_pages=(90,)), radix=True),
     # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
     _queue(
         R(5, aborted=True, checked=False),
@@ -144,9 +149,10 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
 @examples("case", EXAMPLES)
 @prop(
     "Q4",
-    "each admitted request's destination list (int32) names exactly the pages it was given for its prompt; no page "
-    "is given twice, none is page 0 or outside the free list; buffers and rows are distinct; the tokens allocated "
-    "stay within the budget",
+    "each admitted request's destination list (int32) names exactly the fresh pages it was given, for what prefill "
+    "sends past its matched prefix (a rebootstrapped request: its outputs too); its row holds its prefix then those "
+    "pages; no fresh page is given twice, none is page 0, a prefix page or outside the free list; buffers and rows "
+    "are distinct; the fresh tokens stay within the budget",
     needs=NEEDS,
     case=decode_queues(),
 )
@@ -154,27 +160,35 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
     trace = _pass(target, device, case)
     ps, n = case.page_size, len(trace.admitted)
     for name, values in (("pages", trace.pages), ("dtypes", trace.dtypes), ("aux", trace.aux), ("rows", trace.rows),
-                         ("allocated", trace.allocated)):  # fmt: skip
+                         ("allocated", trace.allocated), ("row prefixes", trace.row_prefix)):  # fmt: skip
         assert len(values) == n, f"{len(values)} {name} for {n} admitted requests"
     given: dict[int, int] = {}
     free = set(case.free_pages)
     for k, i in enumerate(trace.admitted):
         req = case.requests[i]
+        prefix = case.prefix_len(i)
+        want_prefix = [page * ps + o for page in req.prefix_pages[: prefix // ps] for o in range(ps)]
+        assert list(trace.row_prefix[k]) == want_prefix, (
+            f"#{i}'s row holds {list(trace.row_prefix[k])} for its prefix, the radix cache's pages are {want_prefix}"
+        )
         locs = trace.allocated[k]
-        assert len(locs) == req.fill_len, f"#{i} was given {len(locs)} token slots for fill_len {req.fill_len}"
-        held = [locs[p] // ps for p in range(0, req.fill_len, ps)]
+        assert len(locs) == req.fill_len - prefix, (
+            f"#{i} was given {len(locs)} token slots for [{prefix}, {req.fill_len})"
+        )
+        held = [locs[p] // ps for p in range(0, len(locs), ps)]
         for j, loc in enumerate(locs):
             assert loc // ps == held[j // ps] and loc % ps == j % ps, (
-                f"#{i}: token {j} at {loc} is not slot {j % ps} of its page {held[j // ps]}"
+                f"#{i}: token {prefix + j} at {loc} is not slot {j % ps} of its page {held[j // ps]}"
             )
         for page in held:
             assert page in free and page != 0, f"#{i} was given page {page}, not a free page (free: {sorted(free)})"
             assert page not in given, f"page {page} given to #{i} and to #{given[page]}"
             given[page] = i
-        want = held[: -(-req.length // ps)]
+        want = held[: -(-(req.prefill_len - prefix) // ps)]
         assert trace.dtypes[k] == "int32", f"#{i}'s destination list is {trace.dtypes[k]}, the wire carries int32"
         assert list(trace.pages[k]) == want, (
-            f"#{i} registered destination pages {list(trace.pages[k])}, it holds {want} for its {req.length} tokens"
+            f"#{i} registered destination pages {list(trace.pages[k])}, it holds {want} for positions "
+            f"[{prefix}, {req.prefill_len}) (rebootstrap: {req.rebootstrap})"
         )
     assert len(set(trace.aux)) == n and all(0 <= a < case.metadata_buffers for a in trace.aux), (
         f"metadata buffers {list(trace.aux)} for {n} requests ({case.metadata_buffers} free)"
@@ -182,3 +196,21 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
     assert len(set(trace.rows)) == n and 0 not in trace.rows, f"request rows {list(trace.rows)} (row 0 is padding)"
     used = len(given) * ps
     assert used <= case.token_budget, f"{used} tokens allocated, the budget was {case.token_budget}"
+
+
+@examples("case", EXAMPLES)
+@prop(
+    "Q5",
+    "after the pass exactly the admitted requests with a matched device prefix hold a radix lock: a request turned "
+    "away after its match releases it (else its prefix stays pinned in the cache)",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    want = expected_pass(case)
+    if case.radix:
+        note_event("radix cache")
+    assert sorted(trace.locked) == sorted(want.locked), (
+        f"radix locks held by {_names(case, sorted(trace.locked))}, expected {_names(case, sorted(want.locked))}"
+    )

@@ -176,18 +176,21 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
 
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
-    """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off.
+    """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off or on.
 
     Real: ``pop_preallocated`` (priority sort, abort scan, admission loop), ``_pre_alloc``, the paged allocator,
     ``DecodeReqToTokenPool`` with ``request_rows`` free rows, ``ReqToMetadataIdxAllocator`` with
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
     and the LoRA manager's own ``validate_lora_batch``. Stand-ins: the budget (``_allocatable_token_budgets``:
-    the case's budget less what this pass allocated), the output streamer and the KV receivers (they record),
+    the case's budget less what this pass allocated), the radix match (``_match_prefix_and_lock``: the request's
+    prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the KV
+    receivers (they record),
     and ``Scheduler.can_schedule_lora_req`` with 0.5.23's rule (an adapter already loaded is admitted, else the
     LoRA manager validates the batch with it; the scheduler module needs server packages the conformance
     environment does not install).
     """
     from sglang.srt.disaggregation import decode
+    from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
@@ -214,9 +217,41 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         def clear(self) -> None:
             cleared.append(self.rid)
 
+    held: set[str] = set()
+
+    class Tree:
+        """The decode radix cache's lock book: a lock per matched request (a stand-in: the tree itself is not
+        under test)."""
+
+        def lock(self, rid: str) -> str:
+            held.add(rid)
+            return rid
+
+        def unlock(self, lock: str) -> None:
+            held.discard(lock)
+
+        def maybe_hand_to_session(self, req: Any) -> None:
+            pass
+
+        def supports_mamba(self) -> bool:
+            return False
+
     class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, **kw: Any) -> int:
             return int(case.token_budget - (start - allocator.available_size()))
+
+        def _match_prefix_and_lock(self, req: Any) -> Any:
+            """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and
+            ``tree_cache.lock`` would."""
+            pages = case.requests[int(req.rid[1:])].prefix_pages
+            locations = [p * ps + o for p in pages for o in range(ps)]
+            req.lock = self.tree_cache.lock(req.rid) if pages else None
+            return DecodePrefixMatch(
+                prefix_indices=torch.tensor(locations, dtype=torch.int64),
+                l2_host_hit_length=0,
+                l3_storage_hit_length=0,
+                last_device_node=None,
+            )
 
     lora_manager = SimpleNamespace(max_loras_per_batch=case.max_loras or 1, num_pinned_loras=0)
 
@@ -227,6 +262,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
     running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
     q: Any = Queue()
+    q.tree_cache = Tree()
     q.num_reserved_decode_tokens = case.reserved_decode_tokens
     q.scheduler = _scheduler(
         running,
@@ -235,6 +271,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         enable_lora=case.max_loras is not None,
         can_schedule_lora_req=can_schedule_lora_req,
         output_streamer=SimpleNamespace(stream_output=lambda reqs, logprob: streamed.extend(r.rid for r in reqs)),
+        enable_decode_hicache=case.radix,
     )
     q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
     q.req_to_token_pool = req_pool
@@ -248,28 +285,34 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         if r.aborted:
             req.finished_reason = FINISH_ABORT("aborted while queued")
             req.finished_output = r.abort_streamed
+        req.pd_rebootstrap_in_progress = r.rebootstrap
         reqs.append(req)
     q.queue = [
-        decode.DecodeRequest(req=req, kv_receiver=Receiver(req.rid), waiting_for_input=r.bootstrapped)
+        decode.DecodeRequest(
+            req=req, kv_receiver=Receiver(req.rid), waiting_for_input=r.bootstrapped, is_rebootstrap=r.rebootstrap
+        )
         for req, r in zip(reqs, case.requests, strict=True)
     ]
     checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
-    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=False)):
+    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=case.radix)):
         done, failed = q.pop_preallocated(rids_to_check=checked)
 
     def index(rid: str) -> int:
         return int(rid[1:])
 
     admitted = [index(d.req.rid) for d in done]
-    pages, dtypes, aux, rows, allocated = [], [], [], [], []
+    pages, dtypes, aux, rows, allocated, row_prefix = [], [], [], [], [], []
     for d in done:
         got, buffer = sent[d.req.rid]
         row = req_pool.req_to_token[d.req.kv.req_pool_idx]
+        i = index(d.req.rid)
+        prefix = case.prefix_len(i)
         pages.append(int_tuple(got))
         dtypes.append(str(np.asarray(got).dtype))
         aux.append(int(buffer))
         rows.append(int(d.req.kv.req_pool_idx))
-        allocated.append(int_tuple(row[: case.requests[index(d.req.rid)].fill_len]))
+        allocated.append(int_tuple(row[prefix : case.requests[i].fill_len]))
+        row_prefix.append(int_tuple(row[:prefix]))
     return QueueTrace(
         admitted=tuple(admitted),
         failed=tuple(index(d.req.rid) for d in failed),
@@ -281,4 +324,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         aux=tuple(aux),
         rows=tuple(rows),
         allocated=tuple(allocated),
+        row_prefix=tuple(row_prefix),
+        locked=tuple(sorted(index(rid) for rid in held)),
     )
