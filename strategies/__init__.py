@@ -5,7 +5,14 @@ Import as ``from strategies import paged_rows, batches``; every strategy validat
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
-from strategies.exchange import decode_cases, pd_exchanges, prefill_cases, rank_splits, state_lists
+from strategies.exchange import (
+    bootstrap_settings,
+    decode_cases,
+    pd_exchanges,
+    prefill_cases,
+    rank_splits,
+    state_lists,
+)
 from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
 from strategies.layouts import (
     PDPair,
@@ -24,6 +31,7 @@ __all__ = [
     "PDPair",
     "RequestField",
     "batches",
+    "bootstrap_settings",
     "chunk_schedules",
     "decode_cases",
     "decode_queues",

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
+from pdverify.model.exchange import DEFERRED_ROOMS, DP_BALANCE, RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
 from strategies._choices import Choices
 from strategies._seeded import distinct_sample
@@ -176,3 +176,24 @@ def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tu
     c = Choices(draw)
     dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
     return draw_prefill_sends(c, dec.page_size, dec.length, dec.decode_prefix, max_chunks=4, shared=dec), dec
+
+
+def bootstrap_settings(*, max_dp_ranks: int = 4) -> st.SearchStrategy[dict[str, object]]:
+    """What a KV sender meets at its creation, as ``PrefillCase`` fields: deferred decode allocation off or on
+    with a fresh, duplicate or cancelled room; attention DP off or on (``2..max_dp_ranks`` ranks, this sender's
+    rank, the balance method, the request placed by the router or not); request tracing off or on; a bootstrap
+    room (small, or past 2**31)."""
+    check_int("max_dp_ranks", max_dp_ranks, minimum=2)
+    return _bootstrap_settings(max_dp_ranks=max_dp_ranks)
+
+
+@st.composite
+def _bootstrap_settings(draw: st.DrawFn, *, max_dp_ranks: int) -> dict[str, object]:
+    c = Choices(draw)
+    room = c.integer(0, 64) if not c.boolean() else c.integer(2**31, 2**40)
+    deferred = c.pick(DEFERRED_ROOMS) if c.boolean() else None
+    dp = None
+    if c.boolean():
+        ranks = c.integer(2, max_dp_ranks)
+        dp = (ranks, c.integer(0, ranks - 1), c.pick(DP_BALANCE), c.boolean())
+    return {"bootstrap_room": room, "deferred_room": deferred, "attention_dp": dp, "trace_requests": c.boolean()}

@@ -14,6 +14,7 @@ from pdverify.model.layout import PADDING_PAGE, PagedRow
 from strategies import (
     PDPair,
     batches,
+    bootstrap_settings,
     chunk_schedules,
     decode_queues,
     index_dtypes,
@@ -88,6 +89,7 @@ BAD: list[tuple[str, Any]] = [
     ("max_chunks", lambda: pd_pairs(max_chunks=0)),
     ("max_requests", lambda: decode_queues(max_requests=0)),
     ("max_ranks", lambda: rank_splits(max_ranks=1)),
+    ("max_dp_ranks", lambda: bootstrap_settings(max_dp_ranks=1)),
     ("max_length", lambda: decode_queues(max_length=0)),
     ("max_page_size", lambda: decode_queues(max_page_size=0)),
 ]

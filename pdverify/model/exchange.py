@@ -38,6 +38,15 @@ lives on rank ``l % N`` as local page ``l // N``; each rank sends the pages it o
 rank 0 sends; the others are dummy participants that report success at the last chunk)."""
 
 
+DEFERRED_ROOMS: tuple[str, ...] = ("fresh", "duplicate", "cancelled")
+"""Deferred decode allocation (``--disaggregation-decode-allocation-policy prefill_complete``): the request's
+bootstrap room is fresh, already opened by another sender, or cancelled by decode before the sender existed."""
+
+DP_BALANCE: tuple[str, ...] = ("query", "follow_room")
+"""How attention-DP requests find their prefill DP rank: the sender registers its rank with the bootstrap server
+(``query``), or the load balancer follows the bootstrap room (rank ``room % DP``: ``follow_bootstrap_room``)."""
+
+
 def state_list_start(kind: str, *, page_size: int, decode_prefix: int, length: int, window: int) -> int | None:
     """The token position where a page-strided state list of ``kind`` starts on either side (None: the kind
     is not page-strided): the SWA window at ``floor(max(D, L - W) / ps) * ps``, the DSA and MiniMax index-K
@@ -89,6 +98,14 @@ class PrefillCase:
     """``--disaggregation-enable-kv-checksum``: the last send digests the request's KV pages for decode to verify."""
     health_check: bool = False
     """A health-check request (its rid carries SGLang's health-check prefix): never digested."""
+    bootstrap_room: int = 4242
+    deferred_room: str | None = None
+    """Deferred decode allocation on, with the room in ``DEFERRED_ROOMS``; None: off."""
+    attention_dp: tuple[int, int, str, bool] | None = None
+    """``(DP ranks, this sender's DP rank, balance method in DP_BALANCE, placed)``: attention data parallelism on
+    prefill; ``placed``: the router already chose the request's prefill DP rank. None: one DP rank."""
+    trace_requests: bool = False
+    """Request tracing on for the KV sender's module (``--enable-trace``, ``--trace-modules``)."""
     rank_split: tuple[str, int, int] | None = None
     """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
     (``RANK_SPLITS``); None: one rank sends everything."""
@@ -126,6 +143,16 @@ class PrefillCase:
         require_int("window", self.window, minimum=1)
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+        require_int("bootstrap_room", self.bootstrap_room, minimum=0)
+        if self.deferred_room is not None and self.deferred_room not in DEFERRED_ROOMS:
+            raise ValueError(f"deferred_room={self.deferred_room!r} must be None or one of {DEFERRED_ROOMS}")
+        if self.attention_dp is not None:
+            ranks, dp_rank, method, _ = self.attention_dp
+            if not isinstance(ranks, int) or ranks < 2 or not 0 <= dp_rank < ranks or method not in DP_BALANCE:
+                raise ValueError(
+                    f"attention_dp={self.attention_dp} must be (ranks >= 2, 0 <= rank < ranks, method in {DP_BALANCE}, "
+                    "placed)"
+                )
         if self.rank_split is not None:
             mode, rank, size = self.rank_split
             if mode not in RANK_SPLITS or not isinstance(size, int) or size < 2 or not 0 <= rank < size:
@@ -199,6 +226,8 @@ class PrefillTrace:
     last chunk."""
     statuses: list[str] = field(default_factory=list)
     """What the sender reported to its KV manager (``KVPoll`` names), in order."""
+    registrations: list[tuple[int, int]] = field(default_factory=list)
+    """``(room, DP rank)`` the sender registered with the bootstrap server."""
     digests: list[tuple[int, ...] | None] = field(default_factory=list)
     """Each KV checksum set on the request's metadata (``set_kv_checksum``): the page ids the digest read, in
     order (None: set to 0 without a digest)."""

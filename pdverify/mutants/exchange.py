@@ -514,3 +514,59 @@ def shard_skips_final(case: PrefillCase, device: str) -> PrefillTrace:
         return got
 
     return _with_share(share, case, device)
+
+
+# --- the sender's creation: deferred rooms, attention DP, tracing -----------------------------------------------
+
+
+def _with_open(open_: Any, case: PrefillCase, device: str) -> PrefillTrace:
+    sender = type("OpeningSender", (_SENDER,), {"open": open_})
+    with mock.patch.object(port, "CommonSender", sender):
+        return port.prefill_exchange(case, device)
+
+
+@mutant("XB01", "prefill_exchange", "ignored state", "a duplicate or cancelled deferred room does not fail the sender")
+def room_not_checked(case: PrefillCase, device: str) -> PrefillTrace:
+    def open_(self: Any, c: PrefillCase) -> None:
+        _SENDER.open(self, replace(c, deferred_room="fresh" if c.deferred_room else None))
+
+    return _with_open(open_, case, device)
+
+
+@mutant("XB02", "prefill_exchange", "missing guard", "a sender failed at bootstrap still ships its sends")
+def failed_sender_ships(case: PrefillCase, device: str) -> PrefillTrace:
+    def open_(self: Any, c: PrefillCase) -> None:
+        _SENDER.open(self, c)
+        self.concluded = False
+
+    return _with_open(open_, case, device)
+
+
+@mutant("XB03", "prefill_exchange", "missing guard", "a request the router placed registers its DP rank again")
+def placed_registers(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.attention_dp is not None:
+        case = replace(case, attention_dp=(*case.attention_dp[:3], False))
+    return port.prefill_exchange(case, device)
+
+
+@mutant("XB04", "prefill_exchange", "wrong branch", "follow_bootstrap_room queries the bootstrap server like the rest")
+def follow_room_queries(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.attention_dp is not None:
+        case = replace(case, attention_dp=(*case.attention_dp[:2], "query", case.attention_dp[3]))
+    return port.prefill_exchange(case, device)
+
+
+@mutant("XB05", "prefill_exchange", "wrong value", "the DP registration names room % DP, not the sender's rank")
+def registers_room_rank(case: PrefillCase, device: str) -> PrefillTrace:
+    trace = port.prefill_exchange(case, device)
+    if case.attention_dp is not None:
+        trace.registrations = [(room, room % case.attention_dp[0]) for room, _ in trace.registrations]
+    return trace
+
+
+@mutant("XB06", "prefill_exchange", "dropped payload", "with tracing on, the last transfer loses its state lists")
+def traced_state_dropped(case: PrefillCase, device: str) -> PrefillTrace:
+    trace = port.prefill_exchange(case, device)
+    if case.trace_requests:
+        trace.transfers[:] = [replace(t, state=None) if t.is_last else t for t in trace.transfers]
+    return trace

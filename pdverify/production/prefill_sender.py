@@ -51,10 +51,30 @@ class CommonSender:
     """An early send's completion event is pending: the next transfer carries it (and clears it)."""
     split: tuple[str, int, int] | None = None
     statuses: list[str] = field(default_factory=list)
+    registrations: list[tuple[int, int]] = field(default_factory=list)
+    concluded: bool = False
+    """The transfer concluded (failed at bootstrap): every later send is dropped."""
 
-    def __post_init__(self) -> None:
-        dummy = self.split is not None and self.split[0] == "cp_rank0" and self.split[1] != 0
-        self.statuses.append("WaitingForInput" if dummy else "Bootstrapping")
+    def open(self, case: PrefillCase) -> None:
+        """``CommonKVSender.__init__``: the deferred room, the CP role, the attention-DP registration."""
+        if case.deferred_room is not None:
+            self.statuses.append("Bootstrapping")
+            if case.deferred_room != "fresh":  # a duplicate or cancelled room fails the sender
+                self.statuses.append("Failed")
+                self.concluded = True
+                return
+        if self.split is not None and self.split[0] == "cp_rank0" and self.split[1] != 0:
+            self.statuses.append("WaitingForInput")
+            return
+        self.statuses.append("Bootstrapping")
+        if case.attention_dp is not None:
+            ranks, dp_rank, method, placed = case.attention_dp
+            if placed:
+                return
+            if method == "query":
+                self.registrations.append((case.bootstrap_room, dp_rank))
+            elif dp_rank != case.bootstrap_room % ranks:
+                self.statuses.append("Failed")
 
     def init(self, num_kv_indices: int, aux_index: int | None) -> None:
         self.num_kv_indices, self.aux_index = num_kv_indices, aux_index
@@ -91,6 +111,8 @@ class CommonSender:
 
     def send(self, pages: Any, state: list[PageIndices] | None, num_kv_tokens: int) -> None:
         """``pages``: a host numpy array, or a host torch tensor on the host-tensor path."""
+        if self.concluded:
+            return
         start = self.curr_idx
         self.curr_idx += len(pages)
         is_last = self.curr_idx == self.num_kv_indices
@@ -270,6 +292,7 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
     table[case.req_pool_idx, : case.length] = torch.tensor(case.row, dtype=torch.int32, device=device)
     req = PrefillRequest(case, table, CommonSender(split=case.rank_split))
+    req.sender.open(case)
     # finalize_bootstrap
     req.decode_prefix = req.start_send_idx = case.decode_prefix
     req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
@@ -286,4 +309,5 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
     trace.metadata_sets = req.metadata_sets
     trace.digests = req.digests
     trace.statuses = req.sender.statuses
+    trace.registrations = req.sender.registrations
     return trace

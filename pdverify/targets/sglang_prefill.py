@@ -75,6 +75,7 @@ class _Manager:
         self.transfer_infos = {room: {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}}
         self.decode_kv_args_table = {"10.0.0.2:9000": SimpleNamespace(requires_dcp_relayout=True)}
         self.status: list[tuple[int, Any]] = []
+        self.failures: list[tuple[int, str]] = []
         self.transfers: list[Transfer] = []
         self.raw: list[tuple[Any, slice, bool]] = []
         """Each transfer's page list as the sender passed it (array or tensor), its slice and last flag."""
@@ -82,6 +83,9 @@ class _Manager:
 
     def update_status(self, room: int, status: Any) -> None:
         self.status.append((room, status))
+
+    def record_failure(self, room: int, reason: str) -> None:
+        self.failures.append((room, reason))
 
     def prepare_send_state_indices(self, state: Any) -> Any:
         return self._prepare_state(self, state)
@@ -184,9 +188,10 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     return sched
 
 
-def _common_sender(manager: Any, room: int) -> Any:  # pragma: no cover - conformance venv
+def _common_sender(manager: Any, room: int, case: PrefillCase | None = None) -> Any:  # pragma: no cover
     """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one leaves ``send``
-    to the transports (0.5.21, 0.5.22: ``CommonKVSender.send`` is a placeholder)."""
+    to the transports (0.5.21, 0.5.22: ``CommonKVSender.send`` is a placeholder). Built under the case's attention
+    DP width and balance method (one DP rank without a case)."""
     import inspect
 
     from sglang.srt.disaggregation.common.conn import CommonKVSender
@@ -204,8 +209,14 @@ def _common_sender(manager: Any, room: int) -> Any:  # pragma: no cover - confor
     # the DP width is dp_size until 0.5.21, num_dp_ranks (a derived width) from 0.5.22
     dp_field = "num_dp_ranks" if "num_dp_ranks" in dir(type(parallel)) else "dp_size"
     extra = [[0], 0] if "pp_rank" in inspect.signature(sender_class).parameters else []  # 0.5.21: TP ranks, PP rank
-    with parallel.override(**{dp_field: 1}):
-        return sender_class(manager, "10.0.0.1:8998", room, *extra)
+    dp = case.attention_dp if case is not None else None
+    if dp is None:
+        with parallel.override(**{dp_field: 1}):
+            return sender_class(manager, "10.0.0.1:8998", room, *extra)
+    ranks, _, method, placed = dp
+    balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
+    with parallel.override(**{dp_field: ranks, "load_balance_method": balance}):
+        return sender_class(manager, "10.0.0.1:8998", room, placed)
 
 
 def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
@@ -267,9 +278,11 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     from sglang.srt.disaggregation.base.conn import StateType
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
-    room = 4242
+    room = case.bootstrap_room
     manager = _Manager(case, room, CommonKVManager.prepare_send_state_indices)
-    sender = _common_sender(manager, room)
+    registrations: list[tuple[int, int]] = []
+    with _bootstrap_world(case, manager, room, registrations):
+        sender = _common_sender(manager, room, case)
 
     width = case.length + case.page_size
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
@@ -343,7 +356,42 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     trace.digests = digests
     names = {v: k for k, v in vars(KVPoll).items() if not k.startswith("_")}
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
+    trace.registrations = registrations
     return trace
+
+
+@contextmanager
+def _bootstrap_world(
+    case: PrefillCase, manager: Any, room: int, registrations: list[tuple[int, int]]
+) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """What ``CommonKVSender.__init__`` meets besides its manager, for the call only: SGLang's own
+    ``DeferredBootstrap`` with the case's room fresh, opened by another sender or cancelled; the bootstrap server
+    the DP registration posts to (it records, answers 200); request tracing switched on for the sender's module
+    (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
+    from sglang.srt.disaggregation.common import conn
+    from sglang.srt.disaggregation.common.bootstrap import DeferredBootstrap
+
+    if case.deferred_room is not None:
+        manager.deferred_bootstrap = DeferredBootstrap(timeout=600.0)
+        if case.deferred_room == "duplicate":
+            manager.deferred_bootstrap.open(room, object())
+        elif case.deferred_room == "cancelled":
+            manager.deferred_bootstrap.fail(room)
+    if case.attention_dp is not None:
+        manager.attn_dp_rank = case.attention_dp[1]
+    if case.trace_requests:
+        manager.sender_trace_module = "disaggregation"
+
+    def post(url: str, json: dict[str, int], timeout: float) -> Any:
+        assert url.endswith("/register_dp_rank"), url
+        registrations.append((int(json["bootstrap_room"]), int(json["dp_rank"])))
+        return SimpleNamespace(status_code=200, text="")
+
+    with (
+        mock.patch.object(conn, "requests", SimpleNamespace(post=post)),
+        mock.patch.object(conn, "get_observability", lambda: SimpleNamespace(enable_trace=case.trace_requests)),
+    ):
+        yield
 
 
 def _kv_checksum(sched: Any, enabled: bool, digests: list[tuple[int, ...] | None]) -> None:

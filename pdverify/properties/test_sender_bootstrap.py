@@ -1,0 +1,127 @@
+"""The KV sender's creation (``CommonKVSender.__init__``): what it reports and registers before any page moves,
+and that it ships what the request's transfer needs - or nothing once its bootstrap failed.
+
+S18: deferred decode allocation (``prefill_complete``): a duplicate or cancelled room fails the sender at its
+creation and it ships nothing; a fresh room ships exactly what the sender ships without deferral. S19: attention
+DP: a request the router did not place registers its prefill DP rank with the bootstrap server once - unless
+the load balancer follows the room, where a rank other than ``room % DP`` fails the request. S20: request tracing
+changes nothing the sender ships.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import example
+
+from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.properties.registry import note_event, prop
+from pdverify.targets import Target
+from strategies import bootstrap_settings, prefill_cases
+
+NEEDS = ("prefill_exchange",)
+
+SPEC = PrefillCase(4, 10, 4, tuple(p * 4 + o for p in (5, 6, 2) for o in range(4))[:10], (6, 10))
+"""sglang-real-paths.md section 2.4's pages 5 6 2, L 10, D 4, two chunks."""
+
+
+def _run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:
+    trace: PrefillTrace = target.require("prefill_exchange")(case, device)
+    return trace
+
+
+def _plain(transfers: list[Transfer]) -> list[tuple[object, ...]]:
+    return [(t.pages, t.destinations, t.is_last, t.aux_index, t.state) for t in transfers]
+
+
+@example(case=SPEC, settings={"deferred_room": "duplicate"})
+@example(case=SPEC, settings={"deferred_room": "cancelled"})
+@example(case=SPEC, settings={"deferred_room": "fresh"})
+@prop(
+    "S18",
+    "deferred decode allocation: a duplicate or cancelled bootstrap room fails the sender at its creation and it "
+    "ships nothing; a fresh room ships exactly what the sender ships without deferral",
+    needs=NEEDS,
+    case=prefill_cases(),
+    settings=bootstrap_settings(),
+)
+def test_s18_deferred_room(target: Target, device: str, case: PrefillCase, settings: dict[str, object]) -> None:
+    case = replace(case, **{**settings, "attention_dp": None})  # type: ignore[arg-type]
+    if case.deferred_room is None:
+        case = replace(case, deferred_room="fresh")
+    note_event(f"deferred room: {case.deferred_room}")
+    trace = _run(target, case, device)
+    if case.deferred_room == "fresh":
+        base = _run(target, replace(case, deferred_room=None), device)
+        assert "Failed" not in trace.statuses, f"a fresh room failed the sender: {trace.statuses}"
+        assert _plain(trace.transfers) == _plain(base.transfers), (
+            f"with a fresh deferred room the sender shipped {_plain(trace.transfers)}, without deferral "
+            f"{_plain(base.transfers)}"
+        )
+    else:
+        assert "Failed" in trace.statuses, f"a {case.deferred_room} room did not fail the sender: {trace.statuses}"
+        assert not trace.transfers, f"a sender failed at bootstrap shipped {_plain(trace.transfers)}"
+
+
+def expected_registrations(case: PrefillCase) -> tuple[list[tuple[int, int]], bool]:
+    """``(registrations, fails)`` under the case's attention DP, from the contract."""
+    if case.attention_dp is None:
+        return [], False
+    ranks, rank, method, placed = case.attention_dp
+    if placed:
+        return [], False
+    if method == "query":
+        return [(case.bootstrap_room, rank)], False
+    return [], rank != case.bootstrap_room % ranks
+
+
+@example(case=SPEC, settings={"attention_dp": (2, 1, "query", False)})
+@example(case=SPEC, settings={"attention_dp": (4, 1, "follow_room", False), "bootstrap_room": 6})
+@example(case=SPEC, settings={"attention_dp": (4, 2, "follow_room", False), "bootstrap_room": 6})
+@example(case=SPEC, settings={"attention_dp": (2, 1, "query", True)})
+@prop(
+    "S19",
+    "attention DP: a request the router did not place registers (room, its prefill DP rank) with the bootstrap "
+    "server exactly once; a placed one registers nothing; when the load balancer follows the bootstrap room nothing "
+    "registers and a DP rank other than room % DP fails the request",
+    needs=NEEDS,
+    case=prefill_cases(),
+    settings=bootstrap_settings(),
+)
+def test_s19_dp_registration(target: Target, device: str, case: PrefillCase, settings: dict[str, object]) -> None:
+    case = replace(case, **{**settings, "deferred_room": None})  # type: ignore[arg-type]
+    if case.attention_dp is None:
+        case = replace(case, attention_dp=(2, 0, "query", False))
+    note_event(f"attention DP: {case.attention_dp[2]}{' placed' if case.attention_dp[3] else ''}")  # type: ignore[index]
+    trace = _run(target, case, device)
+    registrations, fails = expected_registrations(case)
+    assert trace.registrations == registrations, (
+        f"registered {trace.registrations}, expected {registrations} (attention DP {case.attention_dp}, room "
+        f"{case.bootstrap_room})"
+    )
+    assert ("Failed" in trace.statuses) == fails, (
+        f"statuses {trace.statuses}: the request must {'' if fails else 'not '}fail (attention DP "
+        f"{case.attention_dp}, room {case.bootstrap_room} -> rank {case.bootstrap_room % case.attention_dp[0]})"  # type: ignore[index]
+    )
+
+
+@example(case=SPEC, settings={"trace_requests": True})
+@prop(
+    "S20",
+    "request tracing changes nothing the sender ships or reports",
+    needs=NEEDS,
+    case=prefill_cases(),
+    settings=bootstrap_settings(),
+)
+def test_s20_tracing_is_transparent(
+    target: Target, device: str, case: PrefillCase, settings: dict[str, object]
+) -> None:
+    case = replace(case, **{**settings, "trace_requests": True})  # type: ignore[arg-type]
+    traced = _run(target, case, device)
+    plain = _run(target, replace(case, trace_requests=False), device)
+    assert _plain(traced.transfers) == _plain(plain.transfers), (
+        f"traced {_plain(traced.transfers)}, untraced {_plain(plain.transfers)}"
+    )
+    assert traced.statuses == plain.statuses and traced.registrations == plain.registrations, (
+        f"traced reports {traced.statuses} {traced.registrations}, untraced {plain.statuses} {plain.registrations}"
+    )
