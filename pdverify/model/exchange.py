@@ -106,6 +106,15 @@ class PrefillCase:
     prefill; ``placed``: the router already chose the request's prefill DP rank. None: one DP rank."""
     trace_requests: bool = False
     """Request tracing on for the KV sender's module (``--enable-trace``, ``--trace-modules``)."""
+    early_send_env: bool = True
+    """``SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`` (on by default): off, no early send."""
+    early_send_blocked: str | None = None
+    """The first batch finds the request still bootstrapping (``"bootstrapping"``) or a HiCache load-back of the
+    batch pending (``"load_back"``, #44070): its early send is held back; None: neither."""
+    buffer_waits: int = 0
+    """Bootstrap polls that find no free metadata buffer before one frees."""
+    held_buffer: bool = False
+    """The request already holds a metadata buffer (``aux_index``) from an earlier bootstrap."""
     rank_split: tuple[str, int, int] | None = None
     """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
     (``RANK_SPLITS``); None: one rank sends everything."""
@@ -144,6 +153,11 @@ class PrefillCase:
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
         require_int("bootstrap_room", self.bootstrap_room, minimum=0)
+        require_int("buffer_waits", self.buffer_waits, minimum=0)
+        if self.early_send_blocked not in (None, "bootstrapping", "load_back"):
+            raise ValueError(
+                f"early_send_blocked={self.early_send_blocked!r} must be None, 'bootstrapping' or 'load_back'"
+            )
         if self.deferred_room is not None and self.deferred_room not in DEFERRED_ROOMS:
             raise ValueError(f"deferred_room={self.deferred_room!r} must be None or one of {DEFERRED_ROOMS}")
         if self.attention_dp is not None:
@@ -228,6 +242,10 @@ class PrefillTrace:
     """What the sender reported to its KV manager (``KVPoll`` names), in order."""
     registrations: list[tuple[int, int]] = field(default_factory=list)
     """``(room, DP rank)`` the sender registered with the bootstrap server."""
+    bootstraps: list[bool] = field(default_factory=list)
+    """What each ``finalize_bootstrap`` call returned, in order (False: no metadata buffer yet, try again)."""
+    buffers_taken: int = 0
+    """Metadata buffers the bootstrap took from the allocator."""
     digests: list[tuple[int, ...] | None] = field(default_factory=list)
     """Each KV checksum set on the request's metadata (``set_kv_checksum``): the page ids the digest read, in
     order (None: set to 0 without a digest)."""

@@ -570,3 +570,26 @@ def traced_state_dropped(case: PrefillCase, device: str) -> PrefillTrace:
     if case.trace_requests:
         trace.transfers[:] = [replace(t, state=None) if t.is_last else t for t in trace.transfers]
     return trace
+
+
+# --- the early send held back, the bootstrap's metadata buffer ------------------------------------------------
+
+
+@mutant("XE03", "prefill_exchange", "ignored switch", "the early send ignores its environment switch")
+def early_switch_ignored(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, early_send_env=True), device)
+
+
+@mutant("XE04", "prefill_exchange", "missing guard", "the early send goes out while bootstrapping or a load-back runs")
+def early_not_held(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, early_send_blocked=None), device)
+
+
+@mutant("XE05", "prefill_exchange", "missing guard", "bootstrap finalises without a free metadata buffer")
+def bootstrap_without_buffer(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, buffer_waits=0), device)
+
+
+@mutant("XE06", "prefill_exchange", "lost state", "a request holding a metadata buffer takes another at bootstrap")
+def held_buffer_replaced(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, held_buffer=False), device)

@@ -271,12 +271,15 @@ def digest_kv(req: PrefillRequest, extend_end: int) -> None:
 
 
 def maybe_send_cached_prefix_chunk(req: PrefillRequest, extend_end: int) -> None:
-    """The early send of the device-resident cached prefix (staging: snapshotted at the first batch)."""
+    """The early send of the device-resident cached prefix (staging: snapshotted at the first batch); off by its
+    environment switch, held back while the request bootstraps or a load-back of its batch is pending."""
     case = req.case
-    if case.early_prefix is None:
+    if case.early_prefix is None or not case.early_send_env:
         return
     if case.grid is not None and req.early_send_prefix_end is None:
         req.early_send_prefix_end = case.early_prefix
+    if case.early_send_blocked is not None:
+        return
     cached_end = req.early_send_prefix_end if case.grid is not None else case.early_prefix
     assert cached_end is not None
     if cached_end <= req.start_send_idx or cached_end % case.page_size:
@@ -293,13 +296,18 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
     table[case.req_pool_idx, : case.length] = torch.tensor(case.row, dtype=torch.int32, device=device)
     req = PrefillRequest(case, table, CommonSender(split=case.rank_split))
     req.sender.open(case)
-    # finalize_bootstrap
+    if case.early_send_blocked == "bootstrapping":  # the first batch runs before bootstrap completes
+        maybe_send_cached_prefix_chunk(req, case.chunk_ends[0])
+    # finalize_bootstrap: polled until a metadata buffer is free (one the request holds is kept)
+    bootstraps = [False] * (0 if case.held_buffer else case.buffer_waits) + [True]
     req.decode_prefix = req.start_send_idx = case.decode_prefix
     req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
     trace = PrefillTrace(req.sender.num_kv_indices, req.sender.transfers, [req.start_send_idx])
+    trace.bootstraps, trace.buffers_taken = bootstraps, 0 if case.held_buffer else 1
     for k, end in enumerate(case.chunk_ends):
         if k == 0:
-            maybe_send_cached_prefix_chunk(req, end)
+            if case.early_send_blocked != "bootstrapping":
+                maybe_send_cached_prefix_chunk(req, end)
             trace.start_send_idx.append(req.start_send_idx)
         last = k == len(case.chunk_ends) - 1
         if last:

@@ -5,7 +5,10 @@ S18: deferred decode allocation (``prefill_complete``): a duplicate or cancelled
 creation and it ships nothing; a fresh room ships exactly what the sender ships without deferral. S19: attention
 DP: a request the router did not place registers its prefill DP rank with the bootstrap server once - unless
 the load balancer follows the room, where a rank other than ``room % DP`` fails the request. S20: request tracing
-changes nothing the sender ships.
+changes nothing the sender ships. S21: an early send switched off, or held back at the first batch (the request
+still bootstrapping, a HiCache load-back pending), ships nothing early: the request's transfers are those it
+makes without an early send. S22: bootstrap waits for a metadata buffer - no buffer, no bootstrap, nothing
+shipped; then exactly one bootstrap, and a request that holds a buffer keeps it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import example
+from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.properties.registry import note_event, prop
@@ -124,4 +128,65 @@ def test_s20_tracing_is_transparent(
     )
     assert traced.statuses == plain.statuses and traced.registrations == plain.registrations, (
         f"traced reports {traced.statuses} {traced.registrations}, untraced {plain.statuses} {plain.registrations}"
+    )
+
+
+@example(case=replace(SPEC, early_prefix=8), hold={"early_send_env": False})
+@example(case=replace(SPEC, early_prefix=8), hold={"early_send_blocked": "bootstrapping"})
+@example(case=replace(SPEC, early_prefix=8, chunked_prefill_size=4), hold={"early_send_blocked": "load_back"})
+@prop(
+    "S21",
+    "an early send switched off (SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX=0) or held back at the first batch "
+    "(the request still bootstrapping, a HiCache load-back pending) ships nothing early: the request's transfers "
+    "are those it makes without an early send",
+    needs=NEEDS,
+    case=prefill_cases(),
+    hold=st.one_of(
+        st.just({"early_send_env": False}),
+        st.sampled_from(["bootstrapping", "load_back"]).map(lambda why: {"early_send_blocked": why}),
+    ),
+)
+def test_s21_early_send_held_back(target: Target, device: str, case: PrefillCase, hold: dict[str, object]) -> None:
+    held = replace(case, **hold)  # type: ignore[arg-type]
+    note_event(f"early send held back: {hold}")
+    got = _run(target, held, device)
+    want = _run(target, replace(case, early_prefix=None), device)
+    assert _plain(got.transfers) == _plain(want.transfers), (
+        f"with the early send held back ({hold}, early prefix {case.early_prefix}) the request shipped "
+        f"{_plain(got.transfers)}; without an early send {_plain(want.transfers)}"
+    )
+    assert [t.waits_on_forward for t in got.transfers] == [False] * len(got.transfers), (
+        "a transfer waits on a forward event no early send recorded"
+    )
+
+
+@example(case=SPEC, waits=2, held=False)
+@example(case=SPEC, waits=0, held=True)
+@example(case=SPEC, waits=3, held=True)
+@prop(
+    "S22",
+    "bootstrap waits for a metadata buffer: each poll without a free buffer returns not-ready and leaves the request "
+    "pending; the next finalises it once, taking one buffer - none when the request already holds one, which it "
+    "keeps as its aux index - and the request then ships as it would without the wait",
+    needs=NEEDS,
+    case=prefill_cases(),
+    waits=st.integers(0, 3),
+    held=st.booleans(),
+)
+def test_s22_bootstrap_waits_for_a_buffer(
+    target: Target, device: str, case: PrefillCase, waits: int, held: bool
+) -> None:
+    waiting = replace(case, buffer_waits=waits, held_buffer=held)
+    got = _run(target, waiting, device)
+    want = [True] if held else [False] * waits + [True]
+    assert got.bootstraps == want, f"finalize_bootstrap returned {got.bootstraps}, expected {want} (held {held})"
+    assert got.buffers_taken == (0 if held else 1), f"{got.buffers_taken} buffers taken (held {held})"
+    base = _run(target, case, device)
+    assert _plain(got.transfers) == _plain(base.transfers) and got.num_pages == base.num_pages, (
+        f"after {waits} polls without a buffer the request shipped {_plain(got.transfers)}, else "
+        f"{_plain(base.transfers)}"
+    )
+    finals = [t.aux_index for t in got.transfers if t.is_last]
+    assert finals in ([case.aux_index], []), (
+        f"aux on the last transfer {finals}, the request's buffer is {case.aux_index}"
     )

@@ -302,12 +302,12 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         set_buf=set_buf,
     )
 
+    buffers = _BufferPool(case.aux_index, busy_polls=case.buffer_waits)
+
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc]
         def __init__(self) -> None:
             self.scheduler = sched
-            self.req_to_metadata_buffer_idx_allocator = SimpleNamespace(
-                available_size=lambda: 1, alloc=lambda: case.aux_index
-            )
+            self.req_to_metadata_buffer_idx_allocator = buffers
 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
@@ -320,7 +320,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
         disagg_kv_sender=sender,
         pending_bootstrap=True,
-        metadata_buffer_index=-1,
+        metadata_buffer_index=case.aux_index if case.held_buffer else -1,
         time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None),
         prefix_len=case.early_prefix or 0,
         host_hit_length=0,
@@ -334,6 +334,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
     from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.environ import envs
     from sglang.srt.runtime_context import get_parallel
 
     with (
@@ -341,14 +342,22 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
         # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
         get_parallel().override(enable_dsa_cache_layer_split=False),
+        envs.SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX.override(case.early_send_env),
     ):
-        assert Queue().finalize_bootstrap(req)
+        if case.early_send_blocked == "bootstrapping" and case.early_prefix is not None:
+            req.extend_end = case.chunk_ends[0]  # the first batch runs while the request bootstraps
+            sched.maybe_send_cached_prefix_chunk(req)
+        bootstraps = [bool(Queue().finalize_bootstrap(req))]
+        while not bootstraps[-1] and len(bootstraps) <= case.buffer_waits:  # polled again, as the queue does
+            bootstraps.append(bool(Queue().finalize_bootstrap(req)))
+        assert bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
         trace = PrefillTrace(sender.num_kv_indices, manager.transfers, [req.start_send_idx])
+        trace.bootstraps, trace.buffers_taken = bootstraps, buffers.taken
         for k, end in enumerate(case.chunk_ends):
             req.extend_end = end
             if k == 0:
-                if case.early_prefix is not None:
-                    sched.maybe_send_cached_prefix_chunk(req)
+                if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
+                    sched.maybe_send_cached_prefix_chunk(req, allow_send=case.early_send_blocked != "load_back")
                 trace.start_send_idx.append(req.start_send_idx)
             sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
             trace.start_send_idx.append(req.start_send_idx)
@@ -358,6 +367,24 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     trace.registrations = registrations
     return trace
+
+
+class _BufferPool:
+    """The prefill metadata-buffer allocator as ``ensure_metadata_buffer`` reads it: none free for the first
+    ``busy_polls`` polls, then the case's buffer; counts the buffers taken."""
+
+    def __init__(self, index: int, *, busy_polls: int) -> None:
+        self.index, self.busy, self.taken = index, busy_polls, 0
+
+    def available_size(self) -> int:
+        if self.busy:
+            self.busy -= 1
+            return 0
+        return 1
+
+    def alloc(self) -> int:
+        self.taken += 1
+        return self.index
 
 
 @contextmanager
