@@ -25,6 +25,7 @@ from strategies.layouts import (
 )
 from strategies.queue import decode_queues
 from strategies.requests import batches, requests
+from strategies.translation import token_translations
 
 __all__ = [
     "REGISTRY",
@@ -47,5 +48,6 @@ __all__ = [
     "requests",
     "state_lists",
     "token_index_lists",
+    "token_translations",
     "unregister_field",
 ]

@@ -34,6 +34,7 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "pdverify.production.wire:build_frames",
         "pdverify.production.wire:parse_frames",
         "pdverify.production.decode_prealloc:decode_prealloc",
+        "pdverify.production.translate:translate_token_ids",
         "pdverify.production.decode_queue:PreallocPass.run",
         "pdverify.production.decode_queue:PreallocPass.verdict",
         "pdverify.production.decode_queue:PreallocPass.fail_aborted",

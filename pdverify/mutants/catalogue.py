@@ -42,6 +42,13 @@ def mutant_target(m: Mutant | str) -> Target:
 
 
 def load_all() -> dict[str, Mutant]:
-    from pdverify.mutants import exchange, page_index, prebuilt, queue, transfer  # noqa: F401 - registration side effect
+    from pdverify.mutants import (  # noqa: F401 - registration side effect
+        exchange,
+        page_index,
+        prebuilt,
+        queue,
+        transfer,
+        translate,
+    )
 
     return CATALOGUE

@@ -14,6 +14,7 @@ from pdverify.production import (
     prebuilt,
     prefill_sender,
     transfer,
+    translate,
     wire,
 )
 from pdverify.targets.protocol import Target
@@ -30,6 +31,7 @@ def pdverify_target() -> Target:
         kv_to_page_num=page_index.kv_to_page_num,
         page_align_floor=page_index.page_align_floor,
         minimax_index_transfer_pages=page_index.minimax_index_transfer_pages,
+        translate_token_ids=translate.translate_token_ids,
         send_kv_chunk=transfer.send_kv_chunk,
         decode_page_indices=transfer.decode_page_indices,
         prepare_for_prebuilt=prebuilt.prepare_for_prebuilt,
@@ -49,6 +51,7 @@ def legacy_target() -> Target:
         kv_to_page_indices=legacy_pages.kv_to_page_indices,
         suffix_page_indices=legacy_pages.suffix_page_indices,
         minimax_index_transfer_pages=None,
+        translate_token_ids=None,
         send_kv_chunk=legacy_transfer.send_kv_chunk,
         decode_page_indices=legacy_transfer.decode_page_indices,
         prepare_for_prebuilt=legacy_prebuilt.prepare_for_prebuilt,

@@ -54,6 +54,22 @@ class SendKvChunk(Protocol):
     ) -> tuple[KvChunk | None, PrefillSendState]: ...
 
 
+class TranslateTokenIds(Protocol):
+    """Virtual token ids to physical ids through a page table (``translate_token_ids``)."""
+
+    def __call__(
+        self,
+        *,
+        loc: torch.Tensor,
+        v2p: torch.Tensor,
+        page_size: int,
+        dcp_size: int = 1,
+        dcp_rank: int = 0,
+        out: torch.Tensor | None = None,
+        out_width: int | None = None,
+    ) -> torch.Tensor: ...
+
+
 class DecodePageIndices(Protocol):
     def __call__(
         self,
@@ -101,6 +117,7 @@ FUNCTIONS: tuple[str, ...] = (
     "kv_to_page_num",
     "page_align_floor",
     "minimax_index_transfer_pages",
+    "translate_token_ids",
     "send_kv_chunk",
     "decode_page_indices",
     "prepare_for_prebuilt",
@@ -136,6 +153,7 @@ class Target:
     kv_to_page_num: PageArithmetic | None = None
     page_align_floor: PageArithmetic | None = None
     minimax_index_transfer_pages: MinimaxTransferPages | None = None
+    translate_token_ids: TranslateTokenIds | None = None
     send_kv_chunk: SendKvChunk | None = None
     decode_page_indices: DecodePageIndices | None = None
     prepare_for_prebuilt: PrebuiltFn | None = None

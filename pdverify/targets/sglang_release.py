@@ -6,7 +6,8 @@ Releases moved and renamed the units under test (read from the released wheels, 
   from 0.5.11. Until 0.5.15 it takes the host numpy array its call sites made with ``.cpu().numpy()``; the
   target makes the same conversion before the call (the release's own call-site code), so its result is what
   the release's sender saw. From 0.5.16 (#31173) it takes the tensor itself.
-* ``page_align_floor`` from 0.5.11; ``suffix_page_indices`` and ``minimax_index_transfer_pages`` in 0.5.23.
+* ``page_align_floor`` from 0.5.11; ``suffix_page_indices``, ``minimax_index_transfer_pages`` and
+  ``translate_token_ids`` (``sglang/kernels/ops/memory/virtual_slot.py``) in 0.5.23.
 * ``prepare_for_prebuilt_extend`` (0.4.6.post5 to 0.5.5) then ``prepare_for_prebuilt`` (0.5.6 on), over requests
   whose names changed four times (``pdverify.targets.layouts``: ``sglang-0.5.23`` from 0.5.22, ``sglang-any``
   before, whose requests carry every era's names, consistent with one another).
@@ -104,6 +105,11 @@ def sglang_release_target() -> Target:
         "minimax_index_transfer_pages",
         _find(("sglang.srt.disaggregation.minimax",), "minimax_index_transfer_pages"),
         f"sglang {release} has no minimax_index_transfer_pages",
+    )
+    supply(
+        "translate_token_ids",
+        _find(("sglang.kernels.ops.memory.virtual_slot",), "translate_token_ids"),
+        f"sglang {release} has no translate_token_ids (virtual-id unified pools)",
     )
     mixin = _find((SGLANG_MIXIN,), "ScheduleBatchDisaggregationDecodeMixin")
     prebuilt = None

@@ -1,0 +1,64 @@
+"""Strategies for virtual-to-physical token-id translation: ``token_translations``."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from pdverify.model.translation import OUT_MODES, TranslateCase
+from strategies._choices import Choices
+from strategies._seeded import distinct_sample
+from strategies._validate import check_int
+from strategies.layouts import page_size_list
+
+
+def token_translations(
+    *, max_ids: int = 24, max_pages: int = 12, max_page_size: int = 16
+) -> st.SearchStrategy[TranslateCase]:
+    """One ``translate_token_ids`` call: a page size; a page table of ``1..max_pages`` virtual pages (entry 0 the
+    sink; the others distinct physical pages - low, or past int32 in token ids - or unmapped: 0, or -1); 1-D ids or
+    2-D rows of up to ``max_ids`` ids, int32 or int64, each a valid id, padding (-1) or past the table; decode
+    context parallelism off or ``2..4`` ranks with this rank; a fresh result, a caller's ``out``, or a packed
+    ``out`` with ``out_width`` past the ids and spare lanes past that."""
+    check_int("max_ids", max_ids)
+    check_int("max_pages", max_pages, minimum=1)
+    check_int("max_page_size", max_page_size, minimum=1)
+    return _token_translations(max_ids=max_ids, max_pages=max_pages, max_page_size=max_page_size)
+
+
+@st.composite
+def _token_translations(draw: st.DrawFn, *, max_ids: int, max_pages: int, max_page_size: int) -> TranslateCase:
+    c = Choices(draw)
+    ps = c.pick(page_size_list(max_page_size))
+    pages = c.integer(1, max_pages)
+    low = 1 if not c.boolean() else 2**31 // ps + 1
+    physical = distinct_sample(c, low, low + pages + 32, pages)
+    v2p = [0] + [(physical[v], physical[v], physical[v], 0, -1)[c.integer(0, 4)] for v in range(1, pages)]
+    dcp = c.integer(2, 4) if c.boolean() else 1
+    rank = c.integer(0, dcp - 1)
+    two_d = c.boolean()
+    rows, cols = (c.integer(1, 3), c.integer(0, max_ids // 2)) if two_d else (1, c.integer(0, max_ids))
+    span = pages * ps * dcp
+
+    def one() -> int:
+        kind = c.integer(0, 7)
+        if kind == 6:
+            return -1  # padding
+        if kind == 7:
+            return span + c.integer(0, 3 * ps * dcp)  # past the table
+        return c.integer(0, span - 1)
+
+    loc = tuple(tuple(one() for _ in range(cols)) for _ in range(rows))
+    mode = c.pick(OUT_MODES) if not two_d else c.pick(OUT_MODES[:2])
+    count = rows * cols
+    return TranslateCase(
+        page_size=ps,
+        loc=loc,
+        v2p=tuple(v2p),
+        dtype=c.pick(("int32", "int64")),
+        two_d=two_d,
+        dcp_size=dcp,
+        dcp_rank=rank,
+        out_mode=mode,
+        out_width=count + c.integer(0, 4) if mode == "out_width" else 0,
+        out_spare=c.integer(0, 3) if mode == "out_width" else 0,
+    )
