@@ -119,7 +119,9 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     the decode radix cache off (no prefix) or on with a device (L1) prefix and a decode prefix ``D >= L1`` (both
     page-aligned, ``D`` up to ``L``) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
     request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the
-    allocator's free pages in a fragmented order; any subset of the page-strided state types."""
+    allocator's free pages in a fragmented order; any subset of the page-strided state types; with a page size
+    above 1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with
+    SWA tail pre-allocation (its SWA pages fragmented too)."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
     return _decode_cases(max_length=max_length, max_page_size=max_page_size)
@@ -130,7 +132,7 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
     return draw_decode_case(Choices(draw), max_length=max_length, max_page_size=max_page_size)
 
 
-def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int) -> DecodeCase:
+def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
     ps = c.pick(page_size_list(max_page_size))
     n = c.integer(1, max_length)
@@ -148,7 +150,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int) -> Deco
         old = distinct_sample(c, 1, needed + 32, pages_needed(width, ps))
         stale = token_locations(old, width, ps)
     window = c.integer(1, 40)
-    return DecodeCase(
+    case = DecodeCase(
         page_size=ps,
         length=n,
         output_len=outputs,
@@ -161,6 +163,13 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int) -> Deco
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
+    if swa_pool and ps > 1 and outputs <= 1 and c.boolean():  # drawn last: earlier choices keep their meaning
+        count = pages_needed(fill, ps) + 2
+        swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
+        reach = max(window, ps) + 1 if d else window
+        if d <= max(0, fill - reach) // ps * ps:  # the radix match stops before the SWA tail
+            case = replace(case, swa_free_pages=swa_pages)
+    return case
 
 
 def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[tuple[PrefillCase, DecodeCase]]:
@@ -174,7 +183,7 @@ def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 @st.composite
 def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
     c = Choices(draw)
-    dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
+    dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size, swa_pool=False)
     return draw_prefill_sends(c, dec.page_size, dec.length, dec.decode_prefix, max_chunks=4, shared=dec), dec
 
 

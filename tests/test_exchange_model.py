@@ -68,6 +68,11 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (decode, {"free_pages": (0, 1)}, "free_pages must be distinct pages >= 1"),
         (decode, {"state_types": ("MAMBA",)}, "unknown state types"),
         (decode, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
+        (decode, {"page_size": 1, "swa_free_pages": (1,), "stale_row": (0,) * 12}, "needs page_size > 1"),
+        (decode, {"output_len": 2, "swa_free_pages": (1, 2, 3), "stale_row": (0,) * 13}, "output_len=2 must be 0 or 1"),
+        (decode, {"swa_free_pages": (0, 1)}, "swa_free_pages must be distinct pages >= 1"),
+        (decode, {"swa_free_pages": ()}, "swa_free_pages hold fewer than the 4 tail tokens"),
+        (decode, {"swa_free_pages": (1, 2), "decode_prefix": 8, "l1_row": ()}, "reaches into the SWA tail"),
         (queue, {"requests": ()}, "requests must hold at least one queued request"),
         (queue, {"free_pages": (0, 1, 2)}, "free_pages must be distinct pages >= 1"),
         (queue, {"free_pages": (1, 1, 2)}, "free_pages must be distinct pages >= 1"),
@@ -110,6 +115,8 @@ def test_in_contract_cases() -> None:
     assert case.grid == 4 and case.index_dtype == "int64" and prefill().grid is None
     d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)
     assert d.l1_prefix == 4 and d.fill_len == 8
+    assert decode(swa_free_pages=(3, 4)).swa_tail_len == 4 and decode().swa_tail_len == 0
+    assert decode(swa_free_pages=(3, 4, 5), window=6, length=9, stale_row=(0,) * 13).swa_tail_len == 9
     q = queue(requests=(QueuedRequest(5, output_len=3), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
     assert q.retractable_tokens == 9 and q.requests[0].fill_len == 7 and q.pages_for(0) == 2 and q.pages_for(1) == 1
     r = queue(requests=(QueuedRequest(9, output_len=2, prefix_pages=(7, 8)),), radix=True, free_pages=(1, 2, 3, 4))

@@ -284,6 +284,10 @@ class DecodeCase:
     window: int = 4
     ring_size: int = 8
     aux_index: int = 100
+    swa_free_pages: tuple[int, ...] | None = None
+    """A hybrid SWA pool (full and sliding-window buffers) with SWA tail pre-allocation: decode takes full pages
+    for ``[D, fill_len)`` and SWA pages (handed out in this order) only for the window's tail, and its SWA state
+    lists address the SWA buffer. None: one full pool. Needs ``page_size > 1`` (SGLang's condition)."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -303,6 +307,34 @@ class DecodeCase:
             raise ValueError(f"unknown state types {sorted(unknown)}")
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+        if self.swa_free_pages is not None:
+            pages = self.swa_free_pages
+            if self.page_size == 1:
+                raise ValueError("swa_free_pages: SWA tail pre-allocation needs page_size > 1")
+            if self.output_len > 1:
+                # A request prefill hands over carries its first output token only; SWA tail pre-allocation sizes
+                # the tail from fill_len, which then covers the SWA list's window [floor(max(D, L - W)), L).
+                raise ValueError(f"swa_free_pages: output_len={self.output_len} must be 0 or 1 with an SWA pool")
+            if 0 in pages or len(set(pages)) != len(pages):
+                raise ValueError("swa_free_pages must be distinct pages >= 1")
+            if len(pages) * self.page_size < self.swa_tail_len:
+                raise ValueError(f"swa_free_pages hold fewer than the {self.swa_tail_len} tail tokens")
+            if self.decode_prefix > self.fill_len - self.swa_tail_len:
+                raise ValueError(
+                    f"decode_prefix={self.decode_prefix} reaches into the SWA tail [{self.fill_len - self.swa_tail_len}"
+                    f", {self.fill_len}): the radix match stops before it"
+                )
+
+    @property
+    def swa_tail_len(self) -> int:
+        """SWA tail pre-allocation's SWA span ``[fill - tail, fill)``: from the page-aligned window start, which
+        with the decode radix cache (``D > 0``) keeps ``max(W, page_size)`` tokens before the last committed
+        position; 0 without an SWA pool."""
+        if self.swa_free_pages is None:
+            return 0
+        ps, fill = self.page_size, self.fill_len
+        reach = max(self.window, ps) + 1 if self.decode_prefix > 0 else self.window
+        return fill - max(0, fill - reach) // ps * ps
 
     @property
     def l1_prefix(self) -> int:
@@ -325,6 +357,10 @@ class DecodeTrace:
     state: tuple[tuple[int, ...], ...]
     allocated: tuple[int, ...]
     """The token locations pre-allocation gave the request for ``[D, fill_len)``."""
+    swa_allocated: tuple[int, ...] = ()
+    """With an SWA pool: the SWA token locations the request holds for ``[swa_start, fill_len)``."""
+    swa_start: int = 0
+    """With an SWA pool: the first position the request holds an SWA slot for."""
     row: tuple[int, ...] = ()
     """The request's request-to-token row for ``[0, L)`` when the metadata was sent."""
     restore: tuple[int, ...] = ()

@@ -593,3 +593,17 @@ def bootstrap_without_buffer(case: PrefillCase, device: str) -> PrefillTrace:
 @mutant("XE06", "prefill_exchange", "lost state", "a request holding a metadata buffer takes another at bootstrap")
 def held_buffer_replaced(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, held_buffer=False), device)
+
+
+@mutant(
+    "XD04", "decode_prealloc", "untranslated ids", "decode's SWA list built from full-pool ids (no full-to-SWA map)"
+)
+def swa_untranslated(case: DecodeCase, device: str) -> DecodeTrace:
+    with mock.patch.object(decode_port, "swa_mapping", lambda c, table, free: {}):
+        return decode_port.decode_prealloc(case, device)
+
+
+@mutant("XD05", "decode_prealloc", "off by one", "the SWA tail starts a page late (one window page without SWA)")
+def swa_tail_late(case: DecodeCase, device: str) -> DecodeTrace:
+    with mock.patch.object(decode_port, "swa_tail_start", lambda c: c.fill_len - c.swa_tail_len + c.page_size):
+        return decode_port.decode_prealloc(case, device)

@@ -36,13 +36,32 @@ def _take(free: list[int], tokens: int, page_size: int) -> list[int]:
     return pages
 
 
-def state_lists(case: DecodeCase, table: torch.Tensor) -> list[PageIndices]:
+def swa_tail_start(case: DecodeCase) -> int:
+    """Where the request's SWA pages start with SWA tail pre-allocation (``_swa_tail_len``): the page-aligned
+    window start before ``fill_len``."""
+    return case.fill_len - case.swa_tail_len
+
+
+def swa_mapping(case: DecodeCase, table: torch.Tensor, free: list[int]) -> dict[int, int]:
+    """Full token location -> SWA token location for the tail ``[swa_tail_start, fill_len)``."""
+    if case.swa_free_pages is None:
+        return {}
+    ps, fill, start = case.page_size, case.fill_len, swa_tail_start(case)
+    swa = token_locations(_take(free, fill - start, ps), fill - start, ps)
+    full = [int(v) for v in table[REQ_POOL_IDX, start:fill].tolist()]
+    return dict(zip(full, swa, strict=True))
+
+
+def state_lists(case: DecodeCase, table: torch.Tensor, swa: dict[int, int] | None = None) -> list[PageIndices]:
     ps, d, n, row = case.page_size, case.decode_prefix, case.length, table[REQ_POOL_IDX]
     out: list[PageIndices] = []
     for kind in case.state_types:
         if kind in ("SWA", "BLOCK_SCALE_SWA"):
             start = max(d, n - case.window) // ps * ps
-            out.append(kv_to_page_indices(row[start:n], ps))
+            window = row[start:n]
+            if swa:  # the SWA buffer's ids (0: a position the request holds no SWA page for)
+                window = torch.tensor([swa.get(int(v), 0) for v in window.tolist()], dtype=torch.int64)
+            out.append(kv_to_page_indices(window, ps))
         elif kind in ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"):
             out.append(kv_to_page_indices(row[:n], ps))
         elif kind == "MINIMAX_INDEX_K":
@@ -77,14 +96,17 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
     if allocated:
         table[REQ_POOL_IDX, d:fill] = torch.tensor(allocated, dtype=torch.int32, device=device)
     restore = reserve_restore(case, table, free)
+    swa = swa_mapping(case, table, list(case.swa_free_pages or ()))
     pages = kv_to_page_indices(table[REQ_POOL_IDX, d:n], ps).astype(np.int32)
     return DecodeTrace(
         pages=tuple(int(p) for p in pages),
         dtype=str(pages.dtype),
         decode_prefix_len=d,
         aux_index=case.aux_index,
-        state=tuple(tuple(int(v) for v in s) for s in state_lists(case, table)),
+        state=tuple(tuple(int(v) for v in s) for s in state_lists(case, table, swa)),
         allocated=tuple(allocated),
+        swa_allocated=tuple(swa[int(v)] for v in table[REQ_POOL_IDX, swa_tail_start(case) : fill]) if swa else (),
+        swa_start=swa_tail_start(case) if swa else 0,
         row=tuple(int(v) for v in table[REQ_POOL_IDX, :n].tolist()),
         restore=tuple(restore),
     )

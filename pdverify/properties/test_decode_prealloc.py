@@ -9,10 +9,10 @@ request: prefill writes KV or state into whatever page the list names.
 
 from __future__ import annotations
 
-from hypothesis import example
+from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
-from pdverify.properties.registry import note_event, prop
+from pdverify.properties.registry import examples, note_event, prop
 from pdverify.targets import Target
 from strategies import decode_cases
 
@@ -29,10 +29,21 @@ def _case(l1_pages: list[int], d: int, stale: bool, state: tuple[str, ...]) -> D
 
 EXAMPLES = [
     _case([], 0, False, ("QSA_COMPRESSED", "DSA", "SWA")),
+    # a hybrid SWA pool: SWA pages 3, 12, 8 ... for the tail [20, 23) only (window 6 -> start floor(17) = 16)
+    replace(_case([], 0, False, ("SWA", "QSA_COMPRESSED")), swa_free_pages=(3, 12, 8, 5, 6, 9)),
     _case([40, 41], 8, False, ("QSA_COMPRESSED", "MINIMAX_INDEX_K")),
     _case([40], 8, False, ("QSA_COMPRESSED",)),  # L1 4 + L2 host 4 -> D 8, restore pending
     _case([40], 8, True, ("BLOCK_SCALE", "DSA")),  # the same on a reused row
 ]
+
+
+def swa_holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
+    """With an SWA pool: the SWA page the request holds for each logical page of ``[0, L)`` (None: none)."""
+    ps, out = case.page_size, []
+    for j in range(-(-case.length // ps)):
+        k = j * ps - trace.swa_start
+        out.append(trace.swa_allocated[k] // ps if 0 <= k < len(trace.swa_allocated) else None)
+    return out
 
 
 def holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
@@ -52,10 +63,7 @@ def holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
     return out
 
 
-@example(case=EXAMPLES[0])
-@example(case=EXAMPLES[1])
-@example(case=EXAMPLES[2])
-@example(case=EXAMPLES[3])
+@examples("case", EXAMPLES)
 @prop(
     "D1",
     "every page in decode's destination lists (main KV, SWA, DSA, MiniMax index-K, full-from-0 state) is the "
@@ -80,11 +88,15 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
         start = state_list_start(kind, page_size=ps, decode_prefix=d, length=n, window=case.window)
         if start is not None:
             lists.append((kind, start, values))
+    swa_held = swa_holders(case, trace) if case.swa_free_pages is not None else None
+    if swa_held is not None:
+        note_event("hybrid SWA pool (SWA tail pre-allocation)")
     for name, start, values in lists:
-        want = held[start // ps :]
+        pool = swa_held if swa_held is not None and name in ("SWA", "BLOCK_SCALE_SWA") else held
+        want = pool[start // ps :]
         got = list(values)
         bad = [(start // ps + i, g, w) for i, (g, w) in enumerate(zip(got, want, strict=False)) if w is None or g != w]
         assert len(got) == len(want) and not bad, (
             f"{name} list {got} from position {start}: logical page, sent, held = {bad} "
-            f"(held for [0, L): {held}; L1={case.l1_prefix}, D={d}, L={n}; page 0 is padding)"
+            f"(held for [0, L): {pool}; L1={case.l1_prefix}, D={d}, L={n}; page 0 is padding)"
         )

@@ -122,10 +122,14 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
 
     ps, radix = case.page_size, case.decode_prefix > 0
-    kvcache = SimpleNamespace(
-        page_size=ps, unified_swa_ring_size=case.ring_size, unified_swa_window=case.window, kpool_use_compress=False
-    )
-    allocator = _allocator(case.free_pages, ps, kvcache)
+    kvcache: Any = SimpleNamespace()
+    if case.swa_free_pages is None:
+        allocator = _allocator(case.free_pages, ps, kvcache)
+    else:
+        kvcache, allocator = _swa_pool(case)
+    for name, value in (("page_size", ps), ("unified_swa_ring_size", case.ring_size),
+                        ("unified_swa_window", case.window), ("kpool_use_compress", False)):  # fmt: skip
+        setattr(kvcache, name, value)
     width = len(case.stale_row)
     req_pool = decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
     req_pool.req_to_token[:, :width] = torch.tensor(case.stale_row, dtype=torch.int32)
@@ -148,22 +152,39 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
                 last_device_node=None,
             )
 
+        def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
+            return 10**9, 10**9
+
+        def _swa_tail_allocatable_token_budget(self, **kw: Any) -> int:
+            return 10**9
+
     q: Any = Queue()
-    q.scheduler = _scheduler([], enable_decode_hicache=radix, sliding_window_size=case.window)
+    q.scheduler = _scheduler(
+        [],
+        enable_decode_hicache=radix,
+        sliding_window_size=case.window,
+        tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
+    )
+    q.tree_cache.release_swa = lambda lock: None
     q.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: case.aux_index)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[StateType[k] for k in case.state_types]))
     req = _request("r0", case.length, case.output_len)
+    req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=Receiver(), waiting_for_input=True)]
-    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)):
+    with (
+        mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
+        mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
+    ):
         done, failed = q.pop_preallocated()
     assert len(done) == 1 and not failed and len(sent) == 1, (
         f"pre-allocation did not admit the request: {done} {failed}"
     )
     pages, aux, state, prefix = sent[0]
     row = req_pool.req_to_token[req.kv.req_pool_idx]
+    tail = row[case.fill_len - case.swa_tail_len : case.fill_len].to(torch.int64)
     return DecodeTrace(
         pages=int_tuple(pages),
         dtype=str(np.asarray(pages).dtype),
@@ -171,8 +192,32 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         aux_index=aux,
         state=tuple(int_tuple(s) for s in state),
         allocated=int_tuple(row[case.decode_prefix : case.fill_len]),
+        swa_allocated=int_tuple(allocator.translate_swa_indices_for_transfer(tail)) if case.swa_free_pages else (),
+        swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
         row=int_tuple(row[: case.length]),
     )
+
+
+def _swa_pool(case: DecodeCase) -> tuple[Any, Any]:  # pragma: no cover - conformance venv
+    """SGLang's hybrid SWA allocator (``SWATokenToKVPoolAllocator``: a full and an SWA paged allocator and the
+    full-to-SWA index mapping) over a ``SWAKVPool`` without its buffers (``__init__`` skipped: the allocator and
+    the decode queue read only its type, the mapping it registers and the page geometry)."""
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    ps = case.page_size
+    kvcache: Any = SWAKVPool.__new__(SWAKVPool)
+    kvcache.page_size, kvcache.full_kv_pool, kvcache.swa_kv_pool = ps, None, None
+    kvcache.swa_req_ring_size, kvcache.full_to_swa_index_mapping = None, None
+    assert case.swa_free_pages is not None
+    full_pages, swa_pages = max(case.free_pages) + 1, max(case.swa_free_pages) + 1
+    allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu", kvcache=kvcache,
+                                          need_sort=False)  # fmt: skip
+    for side, free in ((allocator.full_attn_allocator, case.free_pages), (allocator.swa_attn_allocator,
+                                                                          case.swa_free_pages)):  # fmt: skip
+        side.free_pages = torch.tensor(free, dtype=torch.int64)
+        side.release_pages = torch.empty((0,), dtype=torch.int64)
+    return kvcache, allocator
 
 
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
