@@ -89,4 +89,6 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         max_loras=max_loras,
         restrict=restrict,
         radix=radix,
+        staging=c.boolean(),
+        allocation_policy="early" if c.boolean() else None,
     )

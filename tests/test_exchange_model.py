@@ -83,6 +83,7 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queue, {"running": ((0, None),)}, "running tokens"),
         (queue, {"priority_order": "fifo"}, "priority_order must be None or one of"),
         (queue, {"max_loras": 0}, "max_loras"),
+        (queue, {"allocation_policy": "late"}, "allocation_policy='late' must be None or 'early'"),
         (queued, {"length": 0}, "length"),
         (queued, {"output_len": -1}, "output_len"),
         (queued, {"max_new_tokens": 0}, "max_new_tokens"),

@@ -104,6 +104,11 @@ class DecodeQueueCase:
     """The pass is given ``rids_to_check``: the requests whose ``checked`` is set."""
     radix: bool = False
     """``--disaggregation-decode-enable-radix-cache``: requests match their ``prefix_pages``."""
+    staging: bool = False
+    """Decode's staging buffer on (``SGLANG_DISAGG_STAGING_BUFFER``) with receivers that require staging."""
+    allocation_policy: str | None = None
+    """``--disaggregation-decode-allocation-policy``: ``"early"`` has decode ask prefill to recompute a
+    rebootstrapped request once its destination is registered; None: the default."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -139,6 +144,8 @@ class DecodeQueueCase:
             raise ValueError(f"priority_order must be None or one of {PRIORITY_ORDERS}, got {self.priority_order!r}")
         if self.max_loras is not None:
             require_int("max_loras", self.max_loras, minimum=1)
+        if self.allocation_policy not in (None, "early"):
+            raise ValueError(f"allocation_policy={self.allocation_policy!r} must be None or 'early'")
 
     @property
     def retractable_tokens(self) -> int:
@@ -182,3 +189,6 @@ class QueueTrace:
     """Per admitted request: its row's locations of ``[0, prefix)`` (the matched prefix)."""
     locked: tuple[int, ...] = ()
     """Requests holding a radix lock after the pass."""
+    events: tuple[tuple[str, int], ...] = ()
+    """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
+    (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""

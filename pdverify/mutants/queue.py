@@ -201,3 +201,43 @@ class _PrefixCharged(PreallocPass):
 @mutant("XQ17", "decode_queue", "double count", "admission charges a request for its matched prefix too")
 def prefix_charged(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _PrefixCharged(case, device).run()
+
+
+class _StagingLate(PreallocPass):
+    def handshake(self, i: int) -> None:
+        super().handshake(i)
+        if ("staging", i) in self.events:  # registered after the metadata went out: the prefetch is dropped
+            self.events.remove(("staging", i))
+            self.events.append(("staging", i))
+
+
+@mutant("XQ18", "decode_queue", "wrong order", "the staging handler registers a request after its metadata is sent")
+def staging_late(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _StagingLate(case, device).run()
+
+
+class _RecomputeAlways(PreallocPass):
+    def handshake(self, i: int) -> None:
+        super().handshake(i)
+        if self.case.requests[i].rebootstrap and self.case.allocation_policy != "early":
+            self.events.append(("recompute", i))
+
+
+@mutant(
+    "XQ19", "decode_queue", "ignored setting", "prefill asked to recompute a rebootstrapped request under any policy"
+)
+def recompute_always(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _RecomputeAlways(case, device).run()
+
+
+class _RecomputeFirst(PreallocPass):
+    def handshake(self, i: int) -> None:
+        super().handshake(i)
+        if ("recompute", i) in self.events:
+            self.events.remove(("recompute", i))
+            self.events.insert(self.events.index(("metadata", i)), ("recompute", i))
+
+
+@mutant("XQ20", "decode_queue", "wrong order", "recompute requested before the destinations are registered")
+def recompute_first(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _RecomputeFirst(case, device).run()

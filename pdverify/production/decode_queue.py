@@ -39,6 +39,7 @@ class PreallocPass:
         self.allocated_tokens = 0
         self.loaded = {lora for _, lora in case.running}
         self.removed: set[int] = set()
+        self.events: list[tuple[str, int]] = []
         self.locks: set[int] = set()
         self.streamed: list[int] = []
         self.cleared: list[int] = []
@@ -124,6 +125,15 @@ class PreallocPass:
             return "stop"
         return "admit"
 
+    def handshake(self, i: int) -> None:
+        """``_send_kv_metadata``: register with the staging handler first (its prefetch needs the room), send the
+        metadata, then - a rebootstrapped request under the early policy - ask prefill to recompute."""
+        if self.case.staging:
+            self.events.append(("staging", i))
+        self.events.append(("metadata", i))
+        if self.case.requests[i].rebootstrap and self.case.allocation_policy == "early":
+            self.events.append(("recompute", i))
+
     def destination(self, i: int, row: int) -> np.ndarray:
         req = self.case.requests[i]
         kv = self.req_to_token[row, self.prefix(i) : req.prefill_len]
@@ -151,6 +161,7 @@ class PreallocPass:
             req = self.case.requests[i]
             row, locations = self.allocate(i)
             dest = self.destination(i, row)
+            self.handshake(i)
             admitted.append(i)
             self.removed.add(i)
             pages.append(tuple(int(p) for p in dest))
@@ -173,6 +184,7 @@ class PreallocPass:
             allocated=tuple(allocated),
             row_prefix=tuple(row_prefix),
             locked=tuple(sorted(self.locks)),
+            events=tuple(self.events),
         )
 
 

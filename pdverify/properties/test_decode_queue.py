@@ -11,6 +11,8 @@ requests, never page 0; distinct buffers and rows; the allocated tokens within t
 
 from __future__ import annotations
 
+from hypothesis import example
+
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
 from pdverify.oracle.decode_queue import expected_pass
 from pdverify.properties.registry import examples, note_event, prop
@@ -214,3 +216,27 @@ def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> N
     assert sorted(trace.locked) == sorted(want.locked), (
         f"radix locks held by {_names(case, sorted(trace.locked))}, expected {_names(case, sorted(want.locked))}"
     )
+
+
+@examples("case", EXAMPLES)
+@example(case=_queue(R(5, rebootstrap=True), R(6), staging=True, allocation_policy="early"))
+@prop(
+    "Q6",
+    "the metadata handshake of each admitted request, in order: registered with decode's staging handler first "
+    "when staging is on (its prefetch needs the room), then the destinations sent, then - a rebootstrapped request "
+    "under the early allocation policy - prefill asked to recompute it once; nothing for a request not admitted",
+    needs=NEEDS,
+    case=decode_queues(),
+)
+def test_q6_handshake_order(target: Target, device: str, case: DecodeQueueCase) -> None:
+    trace = _pass(target, device, case)
+    want: list[tuple[str, int]] = []
+    for i in trace.admitted:
+        if case.staging:
+            want.append(("staging", i))
+        want.append(("metadata", i))
+        if case.requests[i].rebootstrap and case.allocation_policy == "early":
+            want.append(("recompute", i))
+    if case.staging or case.allocation_policy:
+        note_event(f"staging {case.staging}, policy {case.allocation_policy}")
+    assert list(trace.events) == want, f"handshake {list(trace.events)}, expected {want}"

@@ -250,14 +250,18 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     cleared: list[str] = []
     sent: dict[str, tuple[Any, ...]] = {}
 
+    events: list[tuple[str, int]] = []
+
     class Receiver:
         supports_host_destination = False
+        require_staging = case.staging
 
         def __init__(self, rid: str) -> None:
             self.rid = rid
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
             sent[self.rid] = (pages, aux)
+            events.append(("metadata", int(self.rid[1:])))
 
         def clear(self) -> None:
             cleared.append(self.rid)
@@ -322,7 +326,17 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
-    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[]))
+    q.kv_manager = SimpleNamespace(
+        kv_args=SimpleNamespace(state_types=[]),
+        submit_prefill_recompute=lambda receiver, payload: events.append(("recompute", int(receiver.rid[1:]))),
+    )
+    q.transfer_queue = SimpleNamespace(
+        enable_staging=case.staging,
+        queue=[],
+        staging_handler=SimpleNamespace(
+            register_decode_req=lambda room, dr: events.append(("staging", int(dr.req.rid[1:])))
+        ),
+    )
     reqs = []
     for i, r in enumerate(case.requests):
         req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
@@ -331,6 +345,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             req.finished_reason = FINISH_ABORT("aborted while queued")
             req.finished_output = r.abort_streamed
         req.pd_rebootstrap_in_progress = r.rebootstrap
+        req.bootstrap_host = "10.0.0.1"
+        req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
         reqs.append(req)
     q.queue = [
         decode.DecodeRequest(
@@ -339,7 +355,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         for req, r in zip(reqs, case.requests, strict=True)
     ]
     checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
-    with mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=case.radix)):
+    disagg = _disagg(radix=case.radix)
+    disagg.disaggregation_decode_allocation_policy = case.allocation_policy
+    with mock.patch.object(decode, "get_disagg", lambda: disagg):
         done, failed = q.pop_preallocated(rids_to_check=checked)
 
     def index(rid: str) -> int:
@@ -371,4 +389,5 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         allocated=tuple(allocated),
         row_prefix=tuple(row_prefix),
         locked=tuple(sorted(index(rid) for rid in held)),
+        events=tuple(events),
     )
