@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from pdverify.model.layout import pages_needed
@@ -70,6 +72,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 checked=c.integer(0, 3) != 3 if restrict else True,
                 prefix_pages=tuple(shared[: c.integer(0, length // ps)]) if radix else (),
                 rebootstrap=c.integer(0, 3) == 3,
+                host_capable=c.boolean(),
             )
         )
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2)))
@@ -91,4 +94,20 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         radix=radix,
         staging=c.boolean(),
         allocation_policy="early" if c.boolean() else None,
+        **_host_receive(c, requests, ps, radix),
     )
+
+
+def _host_receive(c: Choices, requests: list[QueuedRequest], ps: int, radix: bool) -> dict[str, Any]:
+    """Host receive off, or on with a threshold, the device pool's usage either side of it, host pages for
+    0..all of the host-capable requests' prompts and a host reserve."""
+    if radix or not c.boolean():
+        return {}
+    need = sum(pages_needed(r.length, ps) for r in requests if r.host_capable)
+    host = c.integer(0, need + 1)
+    return {
+        "host_threshold": (0.5, 0.8, 0.95)[c.integer(0, 2)],
+        "pool_usage": (0.9, 0.6, 1.0)[c.integer(0, 2)],
+        "host_free_pages": tuple(distinct_sample(c, 1, host + 32, host)),
+        "host_reserved_tokens": c.integer(0, 2 * ps),
+    }

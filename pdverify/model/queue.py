@@ -54,6 +54,8 @@ class QueuedRequest:
     on and the request not rebootstrapped."""
     rebootstrap: bool = False
     """Re-sent after a prefill failure (``is_rebootstrap``, ``pd_rebootstrap_in_progress``)."""
+    host_capable: bool = False
+    """Its KV receiver can land KV in decode's host memory (``supports_host_destination``)."""
 
     def __post_init__(self) -> None:
         require_int("length", self.length, minimum=1)
@@ -109,6 +111,15 @@ class DecodeQueueCase:
     allocation_policy: str | None = None
     """``--disaggregation-decode-allocation-policy``: ``"early"`` has decode ask prefill to recompute a
     rebootstrapped request once its destination is registered; None: the default."""
+    host_threshold: float = 1.0
+    """``--disaggregation-decode-host-receive-threshold``: below 1, once the device pool's usage reaches it a
+    host-capable request (not rebootstrapped) is received into host memory instead."""
+    pool_usage: float = 0.0
+    """The device KV pool's full-token usage the pass sees."""
+    host_free_pages: tuple[int, ...] = ()
+    """Decode's host KV pool: its free pages in the order it hands them out."""
+    host_reserved_tokens: int = 0
+    """Host tokens a host-received request must leave free beyond its own."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -144,8 +155,26 @@ class DecodeQueueCase:
             raise ValueError(f"priority_order must be None or one of {PRIORITY_ORDERS}, got {self.priority_order!r}")
         if self.max_loras is not None:
             require_int("max_loras", self.max_loras, minimum=1)
+        if not 0.0 <= self.host_threshold <= 1.0 or not 0.0 <= self.pool_usage <= 1.0:
+            raise ValueError(
+                f"host_threshold={self.host_threshold} and pool_usage={self.pool_usage} must be fractions in [0, 1]"
+            )
+        if 0 in self.host_free_pages or len(set(self.host_free_pages)) != len(self.host_free_pages):
+            raise ValueError("host_free_pages must be distinct pages >= 1")
+        require_int("host_reserved_tokens", self.host_reserved_tokens, minimum=0)
+        if self.host_threshold < 1 and self.radix:
+            raise ValueError(
+                "host_threshold < 1 with the radix cache: the host path's root-prefix binding is not modelled"
+            )
         if self.allocation_policy not in (None, "early"):
             raise ValueError(f"allocation_policy={self.allocation_policy!r} must be None or 'early'")
+
+    def to_host(self, index: int) -> bool:
+        """Whether request ``index`` takes the host receive path when the pass reaches it."""
+        r = self.requests[index]
+        return (
+            self.host_threshold < 1 and not r.rebootstrap and r.host_capable and self.pool_usage >= self.host_threshold
+        )
 
     @property
     def retractable_tokens(self) -> int:
@@ -189,6 +218,8 @@ class QueueTrace:
     """Per admitted request: its row's locations of ``[0, prefix)`` (the matched prefix)."""
     locked: tuple[int, ...] = ()
     """Requests holding a radix lock after the pass."""
+    host: tuple[bool, ...] = ()
+    """Per admitted request: received into host memory (its pages and ``allocated`` are host ones, no row)."""
     events: tuple[tuple[str, int], ...] = ()
     """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
     (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""

@@ -204,8 +204,8 @@ def prefix_charged(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _StagingLate(PreallocPass):
-    def handshake(self, i: int) -> None:
-        super().handshake(i)
+    def handshake(self, i: int, host: bool = False) -> None:
+        super().handshake(i, host)
         if ("staging", i) in self.events:  # registered after the metadata went out: the prefetch is dropped
             self.events.remove(("staging", i))
             self.events.append(("staging", i))
@@ -217,8 +217,8 @@ def staging_late(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _RecomputeAlways(PreallocPass):
-    def handshake(self, i: int) -> None:
-        super().handshake(i)
+    def handshake(self, i: int, host: bool = False) -> None:
+        super().handshake(i, host)
         if self.case.requests[i].rebootstrap and self.case.allocation_policy != "early":
             self.events.append(("recompute", i))
 
@@ -231,8 +231,8 @@ def recompute_always(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _RecomputeFirst(PreallocPass):
-    def handshake(self, i: int) -> None:
-        super().handshake(i)
+    def handshake(self, i: int, host: bool = False) -> None:
+        super().handshake(i, host)
         if ("recompute", i) in self.events:
             self.events.remove(("recompute", i))
             self.events.insert(self.events.index(("metadata", i)), ("recompute", i))
@@ -241,3 +241,47 @@ class _RecomputeFirst(PreallocPass):
 @mutant("XQ20", "decode_queue", "wrong order", "recompute requested before the destinations are registered")
 def recompute_first(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _RecomputeFirst(case, device).run()
+
+
+class _HostReserveIgnored(PreallocPass):
+    def verdict(self, i: int) -> str:
+        verdict = super().verdict(i)
+        if verdict == "stop" and self.case.to_host(i) and self.free_buffers and self.lora_fits(self.case.requests[i]):
+            ps = self.case.page_size
+            if len(self.host_free) * ps >= -(-self.case.requests[i].length // ps) * ps:
+                return "host"  # the host reserve not counted
+        return verdict
+
+
+@mutant("XQ21", "decode_queue", "missing term", "host receive admits a request without the host reserve")
+def host_reserve_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _HostReserveIgnored(case, device).run()
+
+
+@mutant("XQ22", "decode_queue", "missing guard", "a rebootstrapped request is received into host memory")
+def host_rebootstrap(case: DecodeQueueCase, device: str) -> QueueTrace:
+    requests = tuple(replace(r, rebootstrap=False) if r.host_capable else r for r in case.requests)
+    trace = PreallocPass(replace(case, requests=requests), device).run()
+    return trace
+
+
+class _HostTakesRow(PreallocPass):
+    def receive_on_host(self, i: int) -> tuple[list[int], np.ndarray]:
+        if self.free_rows:
+            self.free_rows.pop()  # a request row taken for a host-received request
+        return super().receive_on_host(i)
+
+
+@mutant("XQ23", "decode_queue", "wrong resource", "a host-received request also takes a request-to-token row")
+def host_takes_row(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _HostTakesRow(case, device).run()
+
+
+class _HostStaged(PreallocPass):
+    def handshake(self, i: int, host: bool = False) -> None:
+        super().handshake(i, False)
+
+
+@mutant("XQ24", "decode_queue", "missing guard", "a host destination registers with decode's staging handler")
+def host_staged(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _HostStaged(case, device).run()

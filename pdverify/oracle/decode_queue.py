@@ -9,8 +9,11 @@ the first request that finds no free metadata buffer, no free request row, or a 
 ``max(its fresh KV pages' tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens,
 clip) - retractable tokens)``. A request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix
 is held already; a rebootstrapped request matches none, and holds and receives its outputs too). Each admission
-takes its fresh pages' tokens from the budget. The queue keeps the rest, in order. Afterwards exactly the
-admitted requests with a matched prefix hold a radix lock.
+takes its fresh pages' tokens from the budget. With the device pool's usage at or past the host-receive threshold
+(below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
+budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass
+stops otherwise; it takes host pages, a metadata buffer, and no row or device budget. The queue keeps the rest,
+in order. Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
     for tokens, _ in case.running:
         retractable += tokens
     buffers, rows, budget = case.metadata_buffers, case.request_rows, case.token_budget
+    host_free = len(case.host_free_pages) * ps
     admitted: list[int] = []
     for i in looked_at:
         r = reqs[i]
@@ -54,6 +58,14 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
         if buffers == 0:
             break
         if case.max_loras is not None and r.lora not in loaded and len(loaded | {r.lora}) > case.max_loras:
+            continue
+        if case.host_threshold < 1 and r.host_capable and not r.rebootstrap and case.pool_usage >= case.host_threshold:
+            tokens = (r.length + ps - 1) // ps * ps
+            if host_free < tokens + case.host_reserved_tokens:
+                break
+            admitted.append(i)
+            buffers, host_free = buffers - 1, host_free - tokens
+            loaded.add(r.lora)
             continue
         if rows == 0:
             break

@@ -34,6 +34,7 @@ class PreallocPass:
         self.free_pages = list(case.free_pages)
         self.free_buffers = list(range(case.metadata_buffers))
         self.free_rows = list(range(1, case.request_rows + 1))
+        self.host_free = list(case.host_free_pages)
         width = max((r.fill_len for r in case.requests), default=0) + case.page_size
         self.req_to_token = torch.zeros((case.request_rows + 1, width), dtype=torch.int32, device=device)
         self.allocated_tokens = 0
@@ -121,14 +122,27 @@ class PreallocPass:
             return "stop"
         if not self.lora_fits(req):
             return "skip"
+        if self.case.to_host(i):  # ``_pre_alloc_host``: the host pool must hold the prompt plus its reserve
+            ps = self.case.page_size
+            need = -(-req.length // ps) * ps + self.case.host_reserved_tokens
+            return "host" if len(self.host_free) * ps >= need else "stop"
         if not self.free_rows or not self.fits(i):
             return "stop"
         return "admit"
 
-    def handshake(self, i: int) -> None:
-        """``_send_kv_metadata``: register with the staging handler first (its prefetch needs the room), send the
-        metadata, then - a rebootstrapped request under the early policy - ask prefill to recompute."""
-        if self.case.staging:
+    def receive_on_host(self, i: int) -> tuple[list[int], np.ndarray]:
+        """The host pages for the prompt, and the destination list naming them (int32)."""
+        ps, length = self.case.page_size, self.case.requests[i].length
+        count = -(-length // ps)
+        pages, self.host_free = self.host_free[:count], self.host_free[count:]
+        locations = token_locations(pages, count * ps, ps)
+        return locations, np.array(pages, dtype=np.int32)
+
+    def handshake(self, i: int, host: bool = False) -> None:
+        """``_send_kv_metadata``: register with the staging handler first (its prefetch needs the room; not for a
+        host destination), send the metadata, then - a rebootstrapped request under the early policy - ask
+        prefill to recompute."""
+        if self.case.staging and not host:
             self.events.append(("staging", i))
         self.events.append(("metadata", i))
         if self.case.requests[i].rebootstrap and self.case.allocation_policy == "early":
@@ -152,11 +166,26 @@ class PreallocPass:
         rows: list[int] = []
         allocated: list[tuple[int, ...]] = []
         row_prefix: list[tuple[int, ...]] = []
+        host: list[bool] = []
         for i in self.queue:
             verdict = self.verdict(i)
             if verdict == "stop":
                 break
             if verdict == "skip":
+                continue
+            if verdict == "host":
+                locations, dest = self.receive_on_host(i)
+                self.handshake(i, host=True)
+                admitted.append(i)
+                self.removed.add(i)
+                pages.append(tuple(int(p) for p in dest))
+                dtypes.append(str(dest.dtype))
+                aux.append(self.free_buffers.pop(0))
+                rows.append(-1)
+                allocated.append(tuple(locations))
+                row_prefix.append(())
+                host.append(True)
+                self.loaded.add(self.case.requests[i].lora)
                 continue
             req = self.case.requests[i]
             row, locations = self.allocate(i)
@@ -170,6 +199,7 @@ class PreallocPass:
             rows.append(row)
             allocated.append(tuple(locations))
             row_prefix.append(tuple(int(v) for v in self.req_to_token[row, : self.prefix(i)].tolist()))
+            host.append(False)
             self.loaded.add(req.lora)
         return QueueTrace(
             admitted=tuple(admitted),
@@ -185,6 +215,7 @@ class PreallocPass:
             row_prefix=tuple(row_prefix),
             locked=tuple(sorted(self.locks)),
             events=tuple(self.events),
+            host=tuple(host),
         )
 
 

@@ -58,6 +58,29 @@ EXAMPLES = [
     _queue(R(9, prefix_pages=(90, 91)), R(16, prefix_pages=(90, 91)), radix=True, token_budget=19),
     # rebootstrapped: decode holds and receives the prompt and both outputs (5 + 2 = 7 tokens), never matches
     _queue(R(5, output_len=2, rebootstrap=True, prefix_pages=(90,)), R(4, prefix_pages=(90,)), radix=True),
+    # host receive (usage 0.9 >= threshold 0.8): the host-capable request goes to host pages 30, 31; the second
+    # host-capable one finds 1 page + 4 reserved short and stops the pass
+    _queue(
+        R(6, host_capable=True),
+        R(5),
+        R(7, host_capable=True),
+        R(3),
+        host_threshold=0.8,
+        pool_usage=0.9,
+        host_free_pages=(30, 31, 32),
+        host_reserved_tokens=4,
+    ),
+    # host receive with one request row and staging: the host-received request takes no row and no staging slot,
+    # the device request behind it gets the row
+    _queue(
+        R(6, host_capable=True),
+        R(5),
+        host_threshold=0.8,
+        pool_usage=0.9,
+        host_free_pages=(30, 31),
+        request_rows=1,
+        staging=True,
+    ),
     # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
     _queue(
         R(5, aborted=True, checked=False),
@@ -161,13 +184,23 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
 def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
     ps, n = case.page_size, len(trace.admitted)
-    for name, values in (("pages", trace.pages), ("dtypes", trace.dtypes), ("aux", trace.aux), ("rows", trace.rows),
-                         ("allocated", trace.allocated), ("row prefixes", trace.row_prefix)):  # fmt: skip
+    per_request = {"pages": trace.pages, "dtypes": trace.dtypes, "aux": trace.aux, "rows": trace.rows,
+                   "allocated": trace.allocated, "row prefixes": trace.row_prefix, "host": trace.host}  # fmt: skip
+    for name, values in per_request.items():
         assert len(values) == n, f"{len(values)} {name} for {n} admitted requests"
     given: dict[int, int] = {}
+    host_given: dict[int, int] = {}
     free = set(case.free_pages)
     for k, i in enumerate(trace.admitted):
         req = case.requests[i]
+        assert trace.host[k] == case.to_host(i), (
+            f"#{i} received on {'host' if trace.host[k] else 'device'} (threshold {case.host_threshold}, usage "
+            f"{case.pool_usage}, host-capable {req.host_capable}, rebootstrap {req.rebootstrap})"
+        )
+        if trace.host[k]:
+            note_event("received into host memory")
+            _check_host(case, i, trace.pages[k], trace.dtypes[k], trace.allocated[k], host_given)
+            continue
         prefix = case.prefix_len(i)
         want_prefix = [page * ps + o for page in req.prefix_pages[: prefix // ps] for o in range(ps)]
         assert list(trace.row_prefix[k]) == want_prefix, (
@@ -195,9 +228,26 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
     assert len(set(trace.aux)) == n and all(0 <= a < case.metadata_buffers for a in trace.aux), (
         f"metadata buffers {list(trace.aux)} for {n} requests ({case.metadata_buffers} free)"
     )
-    assert len(set(trace.rows)) == n and 0 not in trace.rows, f"request rows {list(trace.rows)} (row 0 is padding)"
+    rows = [r for r, on_host in zip(trace.rows, trace.host, strict=True) if not on_host]
+    assert len(set(rows)) == len(rows) and 0 not in rows and -1 not in rows, (
+        f"request rows {rows} (row 0 is padding; a host-received request takes none)"
+    )
     used = len(given) * ps
     assert used <= case.token_budget, f"{used} tokens allocated, the budget was {case.token_budget}"
+
+
+def _check_host(
+    case: DecodeQueueCase, i: int, pages: tuple[int, ...], dtype: str, locs: tuple[int, ...], given: dict[int, int]
+) -> None:
+    """A host-received request: host pages for its whole prompt, its destination list exactly those pages."""
+    ps, length = case.page_size, case.requests[i].length
+    held = [locs[p] // ps for p in range(0, len(locs), ps)]
+    assert len(locs) == -(-length // ps) * ps, f"#{i} holds {len(locs)} host slots for its {length} tokens"
+    for page in held:
+        assert page in case.host_free_pages, f"#{i} was given host page {page}, not a free one"
+        assert page not in given, f"host page {page} given to #{i} and to #{given[page]}"
+        given[page] = i
+    assert dtype == "int32" and list(pages) == held, f"#{i} registered host pages {list(pages)} ({dtype}), holds {held}"
 
 
 @examples("case", EXAMPLES)
@@ -223,8 +273,9 @@ def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> N
 @prop(
     "Q6",
     "the metadata handshake of each admitted request, in order: registered with decode's staging handler first "
-    "when staging is on (its prefetch needs the room), then the destinations sent, then - a rebootstrapped request "
-    "under the early allocation policy - prefill asked to recompute it once; nothing for a request not admitted",
+    "when staging is on and it receives on the device (its prefetch needs the room), then the destinations sent, "
+    "then - a rebootstrapped request under the early allocation policy - prefill asked to recompute it once; "
+    "nothing for a request not admitted",
     needs=NEEDS,
     case=decode_queues(),
 )
@@ -232,7 +283,7 @@ def test_q6_handshake_order(target: Target, device: str, case: DecodeQueueCase) 
     trace = _pass(target, device, case)
     want: list[tuple[str, int]] = []
     for i in trace.admitted:
-        if case.staging:
+        if case.staging and not case.to_host(i):  # a host destination registers no staging slot
             want.append(("staging", i))
         want.append(("metadata", i))
         if case.requests[i].rebootstrap and case.allocation_policy == "early":

@@ -258,6 +258,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def __init__(self, rid: str) -> None:
             self.rid = rid
+            self.supports_host_destination = case.requests[int(rid[1:])].host_capable
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
             sent[self.rid] = (pages, aux)
@@ -265,6 +266,27 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def clear(self) -> None:
             cleared.append(self.rid)
+
+    class HostPool:
+        """Decode's host KV pool (a stand-in): hands out the case's host pages in order."""
+
+        page_size = ps
+
+        def __init__(self) -> None:
+            self.free_pages = list(case.host_free_pages)
+
+        def available_size(self) -> int:
+            return len(self.free_pages) * ps
+
+        def alloc(self, tokens: int) -> Any:
+            count = -(-tokens // ps)
+            if count > len(self.free_pages):
+                return None
+            pages, self.free_pages = self.free_pages[:count], self.free_pages[count:]
+            return torch.tensor([p * ps + o for p in pages for o in range(ps)][:tokens], dtype=torch.int64)
+
+        def free(self, indices: Any) -> None:
+            raise AssertionError("the host pool frees nothing in one pass")
 
     held: set[str] = set()
 
@@ -312,6 +334,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
     q: Any = Queue()
     q.tree_cache = Tree()
+    q.tree_cache.disable, q.tree_cache.sidecar_pool_specs = False, []
+    q.tree_cache.evict_host = lambda tokens: None
+    q.host_pool, q.host_swa_pool, q.host_reserved_tokens = HostPool(), None, case.host_reserved_tokens
     q.num_reserved_decode_tokens = case.reserved_decode_tokens
     q.scheduler = _scheduler(
         running,
@@ -321,6 +346,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         can_schedule_lora_req=can_schedule_lora_req,
         output_streamer=SimpleNamespace(stream_output=lambda reqs, logprob: streamed.extend(r.rid for r in reqs)),
         enable_decode_hicache=case.radix,
+        pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
+        metrics_reporter=SimpleNamespace(current_scheduler_metrics_enabled=False),
     )
     q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
     q.req_to_token_pool = req_pool
@@ -347,6 +374,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         req.pd_rebootstrap_in_progress = r.rebootstrap
         req.bootstrap_host = "10.0.0.1"
         req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
+        req.kv.retraction_backup = None
         reqs.append(req)
     q.queue = [
         decode.DecodeRequest(
@@ -357,6 +385,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
     disagg = _disagg(radix=case.radix)
     disagg.disaggregation_decode_allocation_policy = case.allocation_policy
+    disagg.disaggregation_decode_host_receive_threshold = case.host_threshold
     with mock.patch.object(decode, "get_disagg", lambda: disagg):
         done, failed = q.pop_preallocated(rids_to_check=checked)
 
@@ -364,15 +393,27 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         return int(rid[1:])
 
     admitted = [index(d.req.rid) for d in done]
-    pages, dtypes, aux, rows, allocated, row_prefix = [], [], [], [], [], []
+    pages: list[tuple[int, ...]] = []
+    dtypes: list[str] = []
+    aux: list[int] = []
+    rows: list[int] = []
+    allocated: list[tuple[int, ...]] = []
+    row_prefix: list[tuple[int, ...]] = []
+    host: list[bool] = []
     for d in done:
         got, buffer = sent[d.req.rid]
-        row = req_pool.req_to_token[d.req.kv.req_pool_idx]
         i = index(d.req.rid)
-        prefix = case.prefix_len(i)
         pages.append(int_tuple(got))
         dtypes.append(str(np.asarray(got).dtype))
         aux.append(int(buffer))
+        host.append(bool(d.host_staged))
+        if d.host_staged:  # received into host memory: its host slots, no request row
+            rows.append(-1)
+            allocated.append(int_tuple(d.req.kv.retraction_backup.host_indices))
+            row_prefix.append(())
+            continue
+        row = req_pool.req_to_token[d.req.kv.req_pool_idx]
+        prefix = case.prefix_len(i)
         rows.append(int(d.req.kv.req_pool_idx))
         allocated.append(int_tuple(row[prefix : case.requests[i].fill_len]))
         row_prefix.append(int_tuple(row[:prefix]))
@@ -390,4 +431,5 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         row_prefix=tuple(row_prefix),
         locked=tuple(sorted(index(rid) for rid in held)),
         events=tuple(events),
+        host=tuple(host),
     )
