@@ -169,6 +169,8 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         reach = max(window, ps) + 1 if d else window
         if d <= max(0, fill - reach) // ps * ps:  # the radix match stops before the SWA tail
             case = replace(case, swa_free_pages=swa_pages)
+    if swa_pool and c.boolean():  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
+        case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"))
     return case
 
 

@@ -38,6 +38,17 @@ lives on rank ``l % N`` as local page ``l // N``; each rank sends the pages it o
 rank 0 sends; the others are dummy participants that report success at the last chunk)."""
 
 
+DECODE_STATE_TYPES: tuple[str, ...] = (*STATE_TYPES, "DSV4_REQUEST_STATE")
+"""Decode's state types: the page-strided ones and DeepSeek-V4's request-scoped state, whose slots the pool
+addresses by request row (``request_state_transfer_indices``) and which decode clears on a reused row first."""
+
+
+def request_state_slots(req_pool_idx: int, seq_len: int, ring_size: int) -> tuple[int, ...]:
+    """The request-state slots a DeepSeek-V4 pool addresses for a row and a length, as the decode unit's pool
+    stand-ins lay them out: the row's ring, one slot per position of the last ``ring_size``."""
+    return tuple(req_pool_idx * ring_size + p % ring_size for p in range(max(0, seq_len - ring_size), seq_len))
+
+
 DEFERRED_ROOMS: tuple[str, ...] = ("fresh", "duplicate", "cancelled")
 """Deferred decode allocation (``--disaggregation-decode-allocation-policy prefill_complete``): the request's
 bootstrap room is fresh, already opened by another sender, or cancelled by decode before the sender existed."""
@@ -302,7 +313,7 @@ class DecodeCase:
             raise ValueError(f"stale_row must cover fill_len + page_size = {self.fill_len + self.page_size} slots")
         if 0 in self.free_pages or len(set(self.free_pages)) != len(self.free_pages):
             raise ValueError("free_pages must be distinct pages >= 1")
-        unknown = set(self.state_types) - set(STATE_TYPES)
+        unknown = set(self.state_types) - set(DECODE_STATE_TYPES)
         if unknown:
             raise ValueError(f"unknown state types {sorted(unknown)}")
         if self.ring_size < self.window:
@@ -361,6 +372,10 @@ class DecodeTrace:
     """With an SWA pool: the SWA token locations the request holds for ``[swa_start, fill_len)``."""
     swa_start: int = 0
     """With an SWA pool: the first position the request holds an SWA slot for."""
+    req_pool_idx: int = 1
+    """The request-to-token row the request was given."""
+    cleared_rows: tuple[int, ...] = ()
+    """Rows whose DeepSeek-V4 request-scoped state was cleared before the metadata went out."""
     row: tuple[int, ...] = ()
     """The request's request-to-token row for ``[0, L)`` when the metadata was sent."""
     restore: tuple[int, ...] = ()

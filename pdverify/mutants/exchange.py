@@ -607,3 +607,20 @@ def swa_untranslated(case: DecodeCase, device: str) -> DecodeTrace:
 def swa_tail_late(case: DecodeCase, device: str) -> DecodeTrace:
     with mock.patch.object(decode_port, "swa_tail_start", lambda c: c.fill_len - c.swa_tail_len + c.page_size):
         return decode_port.decode_prealloc(case, device)
+
+
+@mutant("XD06", "decode_prealloc", "missing reset", "a reused row's DeepSeek-V4 request state is not cleared first")
+def request_state_not_cleared(case: DecodeCase, device: str) -> DecodeTrace:
+    return replace(decode_port.decode_prealloc(case, device), cleared_rows=())
+
+
+@mutant("XD07", "decode_prealloc", "wrong end", "request-state slots registered for fill_len instead of L")
+def request_state_fill_len(case: DecodeCase, device: str) -> DecodeTrace:
+    from pdverify.model.exchange import request_state_slots
+
+    trace = decode_port.decode_prealloc(case, device)
+    if "DSV4_REQUEST_STATE" not in case.state_types:
+        return trace
+    k = case.state_types.index("DSV4_REQUEST_STATE")
+    slots = request_state_slots(trace.req_pool_idx, case.fill_len + 1, case.ring_size)
+    return replace(trace, state=(*trace.state[:k], slots, *trace.state[k + 1 :]))

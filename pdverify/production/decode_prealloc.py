@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots
 from pdverify.model.layout import token_locations
 from pdverify.production.page_index import (
     PageIndices,
@@ -68,6 +68,8 @@ def state_lists(case: DecodeCase, table: torch.Tensor, swa: dict[int, int] | Non
             out.append(minimax_index_transfer_pages(row[:n], page_size=ps, prefix_len=d))
         elif kind == "DSA":
             out.append(suffix_page_indices(table, REQ_POOL_IDX, d, n, ps))
+        elif kind == "DSV4_REQUEST_STATE":
+            out.append(np.array(request_state_slots(REQ_POOL_IDX, n, case.ring_size), dtype=np.int32))
         elif kind == "SWA_RING":
             positions = np.arange(max(0, n - case.window), n, dtype=np.int64)
             out.append((REQ_POOL_IDX * case.ring_size + positions % case.ring_size).astype(np.int32))
@@ -107,6 +109,8 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
         allocated=tuple(allocated),
         swa_allocated=tuple(swa[int(v)] for v in table[REQ_POOL_IDX, swa_tail_start(case) : fill]) if swa else (),
         swa_start=swa_tail_start(case) if swa else 0,
+        req_pool_idx=REQ_POOL_IDX,
+        cleared_rows=(REQ_POOL_IDX,) if "DSV4_REQUEST_STATE" in case.state_types else (),
         row=tuple(int(v) for v in table[REQ_POOL_IDX, :n].tolist()),
         restore=tuple(restore),
     )

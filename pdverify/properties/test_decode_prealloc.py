@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
+from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots, state_list_start
 from pdverify.properties.registry import examples, note_event, prop
 from pdverify.targets import Target
 from strategies import decode_cases
@@ -102,3 +102,25 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
             f"{name} list {got} from position {start}: logical page, sent, held = {bad} "
             f"(held for [0, L): {pool}; L1={case.l1_prefix}, D={d}, L={n}; page 0 is padding)"
         )
+
+
+@examples("case", [replace(EXAMPLES[0], state_types=("DSV4_REQUEST_STATE",)), replace(EXAMPLES[4], state_types=(
+    "DSV4_REQUEST_STATE", "DSA"))])  # fmt: skip
+@prop(
+    "D2",
+    "DeepSeek-V4 request-scoped state: decode clears its row's state before the metadata goes out (a reused row "
+    "holds the previous request's ring) and registers the request-state slots of its own row for [0, L)",
+    needs=NEEDS,
+    case=decode_cases(),
+)
+def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None:
+    trace: DecodeTrace = target.require("decode_prealloc")(case, device)
+    if "DSV4_REQUEST_STATE" not in case.state_types:
+        assert not trace.cleared_rows, f"request state cleared for rows {trace.cleared_rows} without the state type"
+        return
+    note_event("DSV4 request state")
+    row = trace.req_pool_idx
+    assert trace.cleared_rows == (row,), f"cleared rows {trace.cleared_rows} before the metadata, expected ({row},)"
+    got = trace.state[case.state_types.index("DSV4_REQUEST_STATE")]
+    want = request_state_slots(row, case.length, case.ring_size)
+    assert tuple(got) == want, f"request-state slots {list(got)}, row {row}'s for L={case.length}: {list(want)}"

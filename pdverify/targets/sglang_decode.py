@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.targets.sglang_prefill import int_tuple
 
@@ -130,6 +130,12 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     for name, value in (("page_size", ps), ("unified_swa_ring_size", case.ring_size),
                         ("unified_swa_window", case.window), ("kpool_use_compress", False)):  # fmt: skip
         setattr(kvcache, name, value)
+    cleared: list[int] = []
+    if "DSV4_REQUEST_STATE" in case.state_types:  # DeepSeek-V4's request-scoped state: a pool stand-in
+        kvcache.request_state_transfer_indices = lambda row, seq_len: np.array(
+            request_state_slots(row, seq_len, case.ring_size), dtype=np.int32
+        )
+        kvcache.clear_request_scoped_state = lambda row: cleared.append(int(row))
     width = len(case.stale_row)
     req_pool = decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
     req_pool.req_to_token[:, :width] = torch.tensor(case.stale_row, dtype=torch.int32)
@@ -139,7 +145,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         supports_host_destination = False
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
-            sent.append((pages, aux, state, decode_prefix_len))
+            sent.append((pages, aux, state, decode_prefix_len, tuple(cleared)))
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
@@ -182,7 +188,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     assert len(done) == 1 and not failed and len(sent) == 1, (
         f"pre-allocation did not admit the request: {done} {failed}"
     )
-    pages, aux, state, prefix = sent[0]
+    pages, aux, state, prefix, cleared_before = sent[0]
     row = req_pool.req_to_token[req.kv.req_pool_idx]
     tail = row[case.fill_len - case.swa_tail_len : case.fill_len].to(torch.int64)
     return DecodeTrace(
@@ -194,6 +200,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         allocated=int_tuple(row[case.decode_prefix : case.fill_len]),
         swa_allocated=int_tuple(allocator.translate_swa_indices_for_transfer(tail)) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
+        req_pool_idx=int(req.kv.req_pool_idx),
+        cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
     )
 
