@@ -121,7 +121,8 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the
     allocator's free pages in a fragmented order; any subset of the page-strided state types; with a page size
     above 1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with
-    SWA tail pre-allocation (its SWA pages fragmented too)."""
+    SWA tail pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool
+    partly held by the cache (evictable), down to none free; DeepSeek-V4's request state or not."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
     return _decode_cases(max_length=max_length, max_page_size=max_page_size)
@@ -150,6 +151,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         old = distinct_sample(c, 1, needed + 32, pages_needed(width, ps))
         stale = token_locations(old, width, ps)
     window = c.integer(1, 40)
+    free = pages[l1 // ps :]
     case = DecodeCase(
         page_size=ps,
         length=n,
@@ -157,7 +159,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         l1_row=tuple(token_locations(pages[: l1 // ps], l1, ps)),
         decode_prefix=d,
         stale_row=tuple(stale),
-        free_pages=tuple(pages[l1 // ps :]),
+        free_pages=tuple(free),
         state_types=tuple(c.subset(STATE_TYPES, 4)),
         window=window,
         ring_size=window + c.integer(0, 8),
@@ -169,6 +171,9 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         reach = max(window, ps) + 1 if d else window
         if d <= max(0, fill - reach) // ps * ps:  # the radix match stops before the SWA tail
             case = replace(case, swa_free_pages=swa_pages)
+    if swa_pool and d and case.swa_free_pages is None and c.boolean():  # memory pressure: part of the pool cached
+        short = c.integer(1, len(free))
+        case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
     if swa_pool and c.boolean():  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
         case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"))
     return case

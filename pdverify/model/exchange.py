@@ -295,6 +295,9 @@ class DecodeCase:
     window: int = 4
     ring_size: int = 8
     aux_index: int = 100
+    evictable_pages: tuple[int, ...] = ()
+    """Pages the decode radix cache holds unlocked, in its eviction order: with the cache on (``D > 0``) and the free
+    list short of the request's pages for ``[L1, fill_len)``, pre-allocation evicts the shortfall first."""
     swa_free_pages: tuple[int, ...] | None = None
     """A hybrid SWA pool (full and sliding-window buffers) with SWA tail pre-allocation: decode takes full pages
     for ``[D, fill_len)`` and SWA pages (handed out in this order) only for the window's tail, and its SWA state
@@ -318,6 +321,13 @@ class DecodeCase:
             raise ValueError(f"unknown state types {sorted(unknown)}")
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+        if self.evictable_pages:
+            l1_pages = {loc // self.page_size for loc in self.l1_row}
+            taken = set(self.evictable_pages)
+            if 0 in taken or len(taken) != len(self.evictable_pages) or taken & (set(self.free_pages) | l1_pages):
+                raise ValueError("evictable_pages must be distinct pages >= 1, neither free nor the locked L1 prefix's")
+            if self.decode_prefix == 0 or self.swa_free_pages is not None:
+                raise ValueError("evictable_pages need the radix cache (decode_prefix > 0) and one full pool")
         if self.swa_free_pages is not None:
             pages = self.swa_free_pages
             if self.page_size == 1:
@@ -374,6 +384,8 @@ class DecodeTrace:
     """With an SWA pool: the first position the request holds an SWA slot for."""
     req_pool_idx: int = 1
     """The request-to-token row the request was given."""
+    evicted: tuple[int, ...] = ()
+    """Pages pre-allocation evicted from the decode radix cache."""
     cleared_rows: tuple[int, ...] = ()
     """Rows whose DeepSeek-V4 request-scoped state was cleared before the metadata went out."""
     row: tuple[int, ...] = ()

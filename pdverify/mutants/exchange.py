@@ -624,3 +624,35 @@ def request_state_fill_len(case: DecodeCase, device: str) -> DecodeTrace:
     k = case.state_types.index("DSV4_REQUEST_STATE")
     slots = request_state_slots(trace.req_pool_idx, case.fill_len + 1, case.ring_size)
     return replace(trace, state=(*trace.state[:k], slots, *trace.state[k + 1 :]))
+
+
+@mutant(
+    "XD08", "decode_prealloc", "over-eviction", "memory pressure evicts the request's whole need, not the shortfall"
+)
+def evict_whole_need(case: DecodeCase, device: str) -> DecodeTrace:
+    def evict(c: DecodeCase, free: list[int]) -> list[int]:
+        ps = c.page_size
+        need = -(-c.fill_len // ps) - c.l1_prefix // ps
+        if c.decode_prefix == 0 or need <= len(free):
+            return []
+        evicted = list(c.evictable_pages[:need])
+        free[:0] = sorted(evicted)
+        return evicted
+
+    with mock.patch.object(decode_port, "evict", evict):
+        return decode_port.decode_prealloc(case, device)
+
+
+@mutant("XD09", "decode_prealloc", "wrong condition", "the radix cache is evicted by a page whenever it holds one")
+def evict_always(case: DecodeCase, device: str) -> DecodeTrace:
+    original = decode_port.evict
+
+    def evict(c: DecodeCase, free: list[int]) -> list[int]:
+        evicted = original(c, free)
+        if not evicted and c.decode_prefix and c.evictable_pages:
+            evicted = [c.evictable_pages[0]]
+            free[:0] = evicted
+        return evicted
+
+    with mock.patch.object(decode_port, "evict", evict):
+        return decode_port.decode_prealloc(case, device)

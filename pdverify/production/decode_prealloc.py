@@ -78,6 +78,18 @@ def state_lists(case: DecodeCase, table: torch.Tensor, swa: dict[int, int] | Non
     return out
 
 
+def evict(case: DecodeCase, free: list[int]) -> list[int]:
+    """``_pre_alloc``'s eviction with the radix cache on: the pages for ``[L1, fill_len)`` the free list lacks,
+    evicted in the cache's order; the allocator takes freed pages first (ascending), then its free list."""
+    ps = case.page_size
+    short = -(-case.fill_len // ps) - case.l1_prefix // ps - len(free)
+    if case.decode_prefix == 0 or short <= 0:
+        return []
+    evicted = list(case.evictable_pages[:short])
+    free[:0] = sorted(evicted)
+    return evicted
+
+
 def reserve_restore(case: DecodeCase, table: torch.Tensor, free: list[int]) -> list[int]:
     """Destination slots for the pending restore of ``[L1, D)``, written to the row."""
     ps, l1, d = case.page_size, case.l1_prefix, case.decode_prefix
@@ -94,6 +106,7 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
     if case.l1_prefix:
         table[REQ_POOL_IDX, : case.l1_prefix] = torch.tensor(case.l1_row, dtype=torch.int32, device=device)
     free = list(case.free_pages)
+    evicted = evict(case, free)
     allocated = token_locations(_take(free, fill - d, ps), fill - d, ps)
     if allocated:
         table[REQ_POOL_IDX, d:fill] = torch.tensor(allocated, dtype=torch.int32, device=device)
@@ -110,6 +123,7 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
         swa_allocated=tuple(swa[int(v)] for v in table[REQ_POOL_IDX, swa_tail_start(case) : fill]) if swa else (),
         swa_start=swa_tail_start(case) if swa else 0,
         req_pool_idx=REQ_POOL_IDX,
+        evicted=tuple(evicted),
         cleared_rows=(REQ_POOL_IDX,) if "DSV4_REQUEST_STATE" in case.state_types else (),
         row=tuple(int(v) for v in table[REQ_POOL_IDX, :n].tolist()),
         restore=tuple(restore),

@@ -124,3 +124,25 @@ def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None
     got = trace.state[case.state_types.index("DSV4_REQUEST_STATE")]
     want = request_state_slots(row, case.length, case.ring_size)
     assert tuple(got) == want, f"request-state slots {list(got)}, row {row}'s for L={case.length}: {list(want)}"
+
+
+@examples("case", [replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7))])
+@prop(
+    "D3",
+    "memory pressure with the radix cache: pre-allocation evicts from the cache exactly the pages the request lacks "
+    "for [L1, fill_len) beyond the free list, none when the free list suffices (and D1 holds for what it registers)",
+    needs=NEEDS,
+    case=decode_cases(),
+)
+def test_d3_evicts_the_shortfall(target: Target, device: str, case: DecodeCase) -> None:
+    trace: DecodeTrace = target.require("decode_prealloc")(case, device)
+    ps = case.page_size
+    short = -(-case.fill_len // ps) - case.l1_prefix // ps - len(case.free_pages)
+    want = max(short, 0) if case.decode_prefix else 0
+    if want:
+        note_event("radix eviction")
+    assert len(trace.evicted) == want, (
+        f"evicted {list(trace.evicted)} ({len(trace.evicted)} pages), the request lacks {want} (free "
+        f"{len(case.free_pages)} pages for [{case.l1_prefix}, {case.fill_len}) at page size {ps})"
+    )
+    assert set(trace.evicted) <= set(case.evictable_pages), f"evicted {trace.evicted}, not evictable pages"

@@ -172,6 +172,21 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
     )
     q.tree_cache.release_swa = lambda lock: None
+    evicted: list[int] = []
+    evictable = list(case.evictable_pages)
+
+    def evict_for_alloc(params: Any) -> Any:
+        """The radix cache's eviction (a stand-in): its unlocked pages in order, freed to the allocator."""
+        count = min(-(-params.num_tokens // ps), len(evictable))
+        pages = [evictable.pop(0) for _ in range(count)]
+        evicted.extend(pages)
+        if pages:
+            allocator.free(torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int64))
+        return SimpleNamespace(num_tokens_evicted=count * ps)
+
+    q.tree_cache.evict_for_alloc = evict_for_alloc
+    q.tree_cache.evictable_size = lambda: len(evictable) * ps
+    q.tree_cache.protected_size = lambda: 0
     q.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: case.aux_index)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
@@ -201,6 +216,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         swa_allocated=int_tuple(allocator.translate_swa_indices_for_transfer(tail)) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
         req_pool_idx=int(req.kv.req_pool_idx),
+        evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
     )
