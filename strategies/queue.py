@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -79,7 +80,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     reserved = c.integer(0, 8)
     pool = sum(pages_needed(r.fill_len, ps) for r in requests) + pages_needed(32 + 8, ps) + c.integer(0, 2)
     cap = pool * ps
-    return DecodeQueueCase(
+    case = DecodeQueueCase(
         page_size=ps,
         requests=tuple(requests),
         free_pages=tuple(distinct_sample(c, 1, pool + 32, pool)),
@@ -96,6 +97,27 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         allocation_policy="early" if c.boolean() else None,
         **_host_receive(c, requests, ps, radix),
     )
+    if ps > 1 and case.host_threshold == 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
+        case = _with_swa_pool(c, case)
+    return case
+
+
+def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
+    """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
+    rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and SWA pages for all the tails
+    but a shortfall (shrinks to none)."""
+    ps, window = case.page_size, c.integer(1, 40)
+    reach = max(window, ps) + 1 if case.radix else window
+    requests, need = [], 0
+    for r in case.requests:
+        r = replace(r, output_len=r.output_len if r.rebootstrap else min(r.output_len, 1))
+        tail = r.fill_len - max(0, r.fill_len - reach) // ps * ps
+        prefix = (r.fill_len - tail) // ps if case.radix and not r.rebootstrap else len(r.prefix_pages)
+        requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))
+        need += pages_needed(tail, ps)
+    count = need - _shortfall(c, need)
+    pages = tuple(distinct_sample(c, 1, count + 32, count))
+    return replace(case, requests=tuple(requests), swa_free_pages=pages, window=window)
 
 
 def _host_receive(c: Choices, requests: list[QueuedRequest], ps: int, radix: bool) -> dict[str, Any]:

@@ -120,6 +120,11 @@ class DecodeQueueCase:
     """Decode's host KV pool: its free pages in the order it hands them out."""
     host_reserved_tokens: int = 0
     """Host tokens a host-received request must leave free beyond its own."""
+    swa_free_pages: tuple[int, ...] | None = None
+    """A hybrid SWA pool with SWA tail pre-allocation: the SWA buffer's free pages (an admitted request takes them
+    for its window tail); None: one full pool. Needs ``page_size > 1``."""
+    window: int = 4
+    """The sliding window, with an SWA pool."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -162,6 +167,19 @@ class DecodeQueueCase:
         if 0 in self.host_free_pages or len(set(self.host_free_pages)) != len(self.host_free_pages):
             raise ValueError("host_free_pages must be distinct pages >= 1")
         require_int("host_reserved_tokens", self.host_reserved_tokens, minimum=0)
+        if self.swa_free_pages is not None:
+            if self.page_size == 1:
+                raise ValueError("swa_free_pages: SWA tail pre-allocation needs page_size > 1")
+            if 0 in self.swa_free_pages or len(set(self.swa_free_pages)) != len(self.swa_free_pages):
+                raise ValueError("swa_free_pages must be distinct pages >= 1")
+            require_int("window", self.window, minimum=1)
+            for i, r in enumerate(self.requests):
+                if r.output_len > 1 and not r.rebootstrap:
+                    raise ValueError(f"requests[{i}].output_len={r.output_len} must be 0 or 1 with an SWA pool")
+                if self.prefix_len(i) > r.fill_len - self.swa_tail_len(i):
+                    raise ValueError(f"requests[{i}]'s prefix reaches into its SWA tail")
+            if self.host_threshold < 1:
+                raise ValueError("host receive with an SWA pool is not modelled")
         if self.host_threshold < 1 and self.radix:
             raise ValueError(
                 "host_threshold < 1 with the radix cache: the host path's root-prefix binding is not modelled"
@@ -185,6 +203,16 @@ class DecodeQueueCase:
         request not rebootstrapped, else 0."""
         r = self.requests[index]
         return len(r.prefix_pages) * self.page_size if self.radix and not r.rebootstrap else 0
+
+    def swa_tail_len(self, index: int) -> int:
+        """The SWA span request ``index`` takes with an SWA pool (``_swa_tail_len`` of its fill): from the
+        page-aligned window start, which with the radix cache keeps ``max(W, page_size)`` tokens before the last
+        committed position; 0 without an SWA pool."""
+        if self.swa_free_pages is None:
+            return 0
+        ps, fill = self.page_size, self.requests[index].fill_len
+        reach = max(self.window, ps) + 1 if self.radix else self.window
+        return fill - max(0, fill - reach) // ps * ps
 
     def pages_for(self, index: int) -> int:
         """Fresh KV pages request ``index`` takes when admitted (its prefix is held already)."""

@@ -285,3 +285,35 @@ class _HostStaged(PreallocPass):
 @mutant("XQ24", "decode_queue", "missing guard", "a host destination registers with decode's staging handler")
 def host_staged(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _HostStaged(case, device).run()
+
+
+class _SwaStops(PreallocPass):
+    def verdict(self, i: int) -> str:
+        verdict = super().verdict(i)
+        return "stop" if verdict == "fail" else verdict  # break instead of failing the request and going on
+
+
+@mutant("XQ25", "decode_queue", "wrong exit", "a request whose SWA tail finds no room stops the pass")
+def swa_short_stops(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _SwaStops(case, device).run()
+
+
+class _SwaLockKept(PreallocPass):
+    def reclaim_swa(self, i: int) -> bool:
+        locked = i in self.locks
+        ok = super().reclaim_swa(i)
+        if locked:
+            self.locks.add(i)
+        return ok
+
+
+@mutant("XQ26", "decode_queue", "missing release", "a request failed for its SWA tail keeps its radix lock")
+def swa_lock_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _SwaLockKept(case, device).run()
+
+
+@mutant("XQ27", "decode_queue", "dropped report", "a request failed for its SWA tail is not streamed to the client")
+def swa_not_streamed(case: DecodeQueueCase, device: str) -> QueueTrace:
+    trace = PreallocPass(case, device).run()
+    aborted = {i for i in trace.failed if case.requests[i].aborted}
+    return replace(trace, streamed=tuple(i for i in trace.streamed if i in aborted))

@@ -12,8 +12,10 @@ is held already; a rebootstrapped request matches none, and holds and receives i
 takes its fresh pages' tokens from the budget. With the device pool's usage at or past the host-receive threshold
 (below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
 budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass
-stops otherwise; it takes host pages, a metadata buffer, and no row or device budget. The queue keeps the rest,
-in order. Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
+stops otherwise; it takes host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a
+request that fits the budget also needs SWA pages for its window tail: when the SWA buffer cannot hold them it
+fails (aborted, streamed, released, its radix lock too) and the pass goes on. The queue keeps the rest, in order.
+Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
         retractable += tokens
     buffers, rows, budget = case.metadata_buffers, case.request_rows, case.token_budget
     host_free = len(case.host_free_pages) * ps
+    swa_free = len(case.swa_free_pages or ())
     admitted: list[int] = []
     for i in looked_at:
         r = reqs[i]
@@ -78,6 +81,15 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
         need = max(tokens + case.reserved_decode_tokens, sent - prefix + new - retractable)
         if need > budget:
             break
+        if case.swa_free_pages is not None:
+            reach = max(case.window, ps) + 1 if case.radix else case.window
+            tail = fill - max(0, fill - reach) // ps * ps
+            swa_pages = (tail + ps - 1) // ps
+            if swa_pages > swa_free:
+                failed.append(i)
+                streamed.append(i)
+                continue
+            swa_free -= swa_pages
         admitted.append(i)
         buffers, rows, budget = buffers - 1, rows - 1, budget - tokens
         loaded.add(r.lora)

@@ -35,6 +35,7 @@ class PreallocPass:
         self.free_buffers = list(range(case.metadata_buffers))
         self.free_rows = list(range(1, case.request_rows + 1))
         self.host_free = list(case.host_free_pages)
+        self.swa_free = list(case.swa_free_pages or ())
         width = max((r.fill_len for r in case.requests), default=0) + case.page_size
         self.req_to_token = torch.zeros((case.request_rows + 1, width), dtype=torch.int32, device=device)
         self.allocated_tokens = 0
@@ -128,7 +129,19 @@ class PreallocPass:
             return "host" if len(self.host_free) * ps >= need else "stop"
         if not self.free_rows or not self.fits(i):
             return "stop"
+        if self.case.swa_free_pages is not None and not self.reclaim_swa(i):
+            return "fail"
         return "admit"
+
+    def reclaim_swa(self, i: int) -> bool:
+        """``_reclaim_swa_tail_capacity``: SWA pages for the window tail, or the request fails (its lock released)."""
+        ps = self.case.page_size
+        count = -(-self.case.swa_tail_len(i) // ps)
+        if count > len(self.swa_free):
+            self.locks.discard(i)
+            return False
+        self.swa_free = self.swa_free[count:]
+        return True
 
     def receive_on_host(self, i: int) -> tuple[list[int], np.ndarray]:
         """The host pages for the prompt, and the destination list naming them (int32)."""
@@ -172,6 +185,12 @@ class PreallocPass:
             if verdict == "stop":
                 break
             if verdict == "skip":
+                continue
+            if verdict == "fail":  # aborted with 503: streamed, its receiver released, out of the queue
+                failed.append(i)
+                self.streamed.append(i)
+                self.cleared.append(i)
+                self.removed.add(i)
                 continue
             if verdict == "host":
                 locations, dest = self.receive_on_host(i)

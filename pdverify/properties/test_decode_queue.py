@@ -81,6 +81,9 @@ EXAMPLES = [
         request_rows=1,
         staging=True,
     ),
+    # a hybrid SWA pool (window 4) with SWA pages for one tail: the second request fails, the third (its prefix
+    # matched) too, releasing its lock; the pass goes on
+    _queue(R(6), R(7), R(9, prefix_pages=(90,)), radix=True, swa_free_pages=(70, 71), window=4),
     # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
     _queue(
         R(5, aborted=True, checked=False),
@@ -119,7 +122,8 @@ def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
 @prop(
     "Q1",
     "aborted requests the pass looks at fail: they leave the queue, their receiver is released, their abort is "
-    "streamed unless it already was; no other request fails",
+    "streamed unless it already was; so does a request whose SWA tail finds no room in a hybrid SWA pool (503, "
+    "streamed); no other request fails",
     needs=NEEDS,
     case=decode_queues(),
 )

@@ -223,22 +223,27 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
 
 def _swa_pool(case: DecodeCase) -> tuple[Any, Any]:  # pragma: no cover - conformance venv
+    assert case.swa_free_pages is not None
+    return _hybrid_swa_pool(case.free_pages, case.swa_free_pages, case.page_size)
+
+
+def _hybrid_swa_pool(
+    free_pages: tuple[int, ...], swa_free_pages: tuple[int, ...], ps: int
+) -> tuple[Any, Any]:  # pragma: no cover - conformance venv
     """SGLang's hybrid SWA allocator (``SWATokenToKVPoolAllocator``: a full and an SWA paged allocator and the
     full-to-SWA index mapping) over a ``SWAKVPool`` without its buffers (``__init__`` skipped: the allocator and
     the decode queue read only its type, the mapping it registers and the page geometry)."""
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
-    ps = case.page_size
     kvcache: Any = SWAKVPool.__new__(SWAKVPool)
     kvcache.page_size, kvcache.full_kv_pool, kvcache.swa_kv_pool = ps, None, None
     kvcache.swa_req_ring_size, kvcache.full_to_swa_index_mapping = None, None
-    assert case.swa_free_pages is not None
-    full_pages, swa_pages = max(case.free_pages) + 1, max(case.swa_free_pages) + 1
+    full_pages, swa_pages = max(free_pages, default=0) + 1, max(swa_free_pages, default=0) + 1
     allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu", kvcache=kvcache,
                                           need_sort=False)  # fmt: skip
-    for side, free in ((allocator.full_attn_allocator, case.free_pages), (allocator.swa_attn_allocator,
-                                                                          case.swa_free_pages)):  # fmt: skip
+    for side, free in ((allocator.full_attn_allocator, free_pages), (allocator.swa_attn_allocator,
+                                                                     swa_free_pages)):  # fmt: skip
         side.free_pages = torch.tensor(free, dtype=torch.int64)
         side.release_pages = torch.empty((0,), dtype=torch.int64)
     return kvcache, allocator
@@ -265,9 +270,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
     ps = case.page_size
-    kvcache = SimpleNamespace(page_size=ps)
-    allocator = _allocator(case.free_pages, ps, kvcache)
-    start = allocator.available_size()
+    kvcache: Any = SimpleNamespace(page_size=ps)
+    if case.swa_free_pages is None:
+        allocator = _allocator(case.free_pages, ps, kvcache)
+        full_available = allocator.available_size
+    else:
+        kvcache, allocator = _hybrid_swa_pool(case.free_pages, case.swa_free_pages, ps)
+        full_available = allocator.full_available_size
+    start = full_available()
     width = max(r.fill_len for r in case.requests) + ps
     req_pool = decode.DecodeReqToTokenPool(case.request_rows, width, "cpu", False, 0)
     streamed: list[Any] = []
@@ -331,9 +341,21 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         def supports_mamba(self) -> bool:
             return False
 
+        def release_swa(self, lock: str) -> None:
+            pass
+
+        def evict_for_alloc(self, params: Any) -> Any:
+            return SimpleNamespace(num_tokens_evicted=0)  # nothing evictable: the case's pools are what there is
+
     class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, **kw: Any) -> int:
-            return int(case.token_budget - (start - allocator.available_size()))
+            return int(case.token_budget - (start - full_available()))
+
+        def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
+            return self._allocatable_token_budgets(), 10**9  # the SWA side: what reclaim finds, not the budget
+
+        def _swa_tail_allocatable_token_budget(self, **kw: Any) -> int:
+            return 10**9
 
         def _match_prefix_and_lock(self, req: Any) -> Any:
             """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and
@@ -370,6 +392,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         can_schedule_lora_req=can_schedule_lora_req,
         output_streamer=SimpleNamespace(stream_output=lambda reqs, logprob: streamed.extend(r.rid for r in reqs)),
         enable_decode_hicache=case.radix,
+        sliding_window_size=case.window if case.swa_free_pages is not None else None,
+        tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
         pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
         metrics_reporter=SimpleNamespace(current_scheduler_metrics_enabled=False),
     )
@@ -399,6 +423,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         req.bootstrap_host = "10.0.0.1"
         req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
         req.kv.retraction_backup = None
+        req.kv.set_evicted_seqlen = lambda component, seqlen: None
         reqs.append(req)
     q.queue = [
         decode.DecodeRequest(
@@ -410,7 +435,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     disagg = _disagg(radix=case.radix)
     disagg.disaggregation_decode_allocation_policy = case.allocation_policy
     disagg.disaggregation_decode_host_receive_threshold = case.host_threshold
-    with mock.patch.object(decode, "get_disagg", lambda: disagg):
+    with (
+        mock.patch.object(decode, "get_disagg", lambda: disagg),
+        mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not case.radix)),
+    ):
         done, failed = q.pop_preallocated(rids_to_check=checked)
 
     def index(rid: str) -> int:
