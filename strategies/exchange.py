@@ -197,8 +197,8 @@ def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tu
 def bootstrap_settings(*, max_dp_ranks: int = 4) -> st.SearchStrategy[dict[str, object]]:
     """What a KV sender meets at its creation, as ``PrefillCase`` fields: deferred decode allocation off or on
     with a fresh, duplicate or cancelled room; attention DP off or on (``2..max_dp_ranks`` ranks, this sender's
-    rank, the balance method, the request placed by the router or not); request tracing off or on; a bootstrap
-    room (small, or past 2**31)."""
+    rank, the balance method, the request placed by the router or not); request tracing off or on; a dummy decode
+    rank beside the real one or not; a bootstrap room (small, or past 2**31)."""
     check_int("max_dp_ranks", max_dp_ranks, minimum=2)
     return _bootstrap_settings(max_dp_ranks=max_dp_ranks)
 
@@ -212,4 +212,10 @@ def _bootstrap_settings(draw: st.DrawFn, *, max_dp_ranks: int) -> dict[str, obje
     if c.boolean():
         ranks = c.integer(2, max_dp_ranks)
         dp = (ranks, c.integer(0, ranks - 1), c.pick(DP_BALANCE), c.boolean())
-    return {"bootstrap_room": room, "deferred_room": deferred, "attention_dp": dp, "trace_requests": c.boolean()}
+    return {
+        "bootstrap_room": room,
+        "deferred_room": deferred,
+        "attention_dp": dp,
+        "trace_requests": c.boolean(),
+        "dummy_peer": c.boolean(),
+    }

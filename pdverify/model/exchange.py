@@ -117,6 +117,8 @@ class PrefillCase:
     prefill; ``placed``: the router already chose the request's prefill DP rank. None: one DP rank."""
     trace_requests: bool = False
     """Request tracing on for the KV sender's module (``--enable-trace``, ``--trace-modules``)."""
+    dummy_peer: bool = False
+    """Decode registered a dummy (non-transferring) rank for the room beside its real one, listed first."""
     early_send_env: bool = True
     """``SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`` (on by default): off, no early send."""
     early_send_blocked: str | None = None

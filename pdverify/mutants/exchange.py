@@ -656,3 +656,8 @@ def evict_always(case: DecodeCase, device: str) -> DecodeTrace:
 
     with mock.patch.object(decode_port, "evict", evict):
         return decode_port.decode_prealloc(case, device)
+
+
+@mutant("XB07", "prefill_exchange", "wrong exit", "a dummy decode rank ends the DCP pack-limit lookup (no limit)")
+def dummy_peer_hides_limit(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, dcp_max_tokens=None) if case.dummy_peer else case, device)

@@ -110,9 +110,11 @@ def test_s19_dp_registration(target: Target, device: str, case: PrefillCase, set
 
 
 @example(case=SPEC, settings={"trace_requests": True})
+@example(case=replace(SPEC, dcp_max_tokens=4), settings={"dummy_peer": True})
 @prop(
     "S20",
-    "request tracing changes nothing the sender ships or reports",
+    "request tracing, and a dummy decode rank registered beside the real one, change nothing the sender ships or "
+    "reports (a dummy rank never sets the DCP pack limit, nor hides the real rank's)",
     needs=NEEDS,
     case=prefill_cases(),
     settings=bootstrap_settings(),
@@ -120,9 +122,12 @@ def test_s19_dp_registration(target: Target, device: str, case: PrefillCase, set
 def test_s20_tracing_is_transparent(
     target: Target, device: str, case: PrefillCase, settings: dict[str, object]
 ) -> None:
-    case = replace(case, **{**settings, "trace_requests": True})  # type: ignore[arg-type]
+    case = replace(case, **settings)  # type: ignore[arg-type]
+    if not (case.trace_requests or case.dummy_peer):
+        case = replace(case, trace_requests=True)
+    note_event(f"tracing {case.trace_requests}, dummy rank {case.dummy_peer}")
     traced = _run(target, case, device)
-    plain = _run(target, replace(case, trace_requests=False), device)
+    plain = _run(target, replace(case, trace_requests=False, dummy_peer=False), device)
     assert _plain(traced.transfers) == _plain(plain.transfers), (
         f"traced {_plain(traced.transfers)}, untraced {_plain(plain.transfers)}"
     )

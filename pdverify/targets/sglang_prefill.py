@@ -72,8 +72,11 @@ class _Manager:
                 self.is_dummy_cp_rank = rank != 0
         self.req_to_decode_prefix_len = {room: case.decode_prefix if case else 0}
         self._dcp_pack_max_tokens = case.dcp_max_tokens if case else None
-        self.transfer_infos = {room: {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}}
-        self.decode_kv_args_table = {"10.0.0.2:9000": SimpleNamespace(requires_dcp_relayout=True)}
+        peers = {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}
+        if case is not None and case.dummy_peer:  # a dummy rank of decode's, listed before the real one
+            peers = {"10.0.0.3:9000": SimpleNamespace(is_dummy=True), **peers}
+        self.transfer_infos = {room: peers}
+        self.decode_kv_args_table = {peer: SimpleNamespace(requires_dcp_relayout=True) for peer in peers}
         self.status: list[tuple[int, Any]] = []
         self.failures: list[tuple[int, str]] = []
         self.transfers: list[Transfer] = []
