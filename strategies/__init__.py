@@ -25,6 +25,7 @@ from strategies.layouts import (
 )
 from strategies.queue import decode_queues
 from strategies.requests import batches, requests
+from strategies.sender import bootstrap_cases, sender_cases
 from strategies.translation import token_translations
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PDPair",
     "RequestField",
     "batches",
+    "bootstrap_cases",
     "bootstrap_settings",
     "chunk_schedules",
     "decode_cases",
@@ -46,6 +48,7 @@ __all__ = [
     "register_field",
     "registered",
     "requests",
+    "sender_cases",
     "state_lists",
     "token_index_lists",
     "token_translations",

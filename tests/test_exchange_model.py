@@ -9,6 +9,7 @@ import pytest
 
 from pdverify.model.exchange import DecodeCase, PrefillCase
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+from pdverify.model.sender import BootstrapCase, SenderCase
 
 ROW = tuple(5 * 4 + i for i in range(4)) + tuple(2 * 4 + i for i in range(4))
 
@@ -126,6 +127,22 @@ def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], messa
 def test_wrongly_typed_queue_fields_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:
     with pytest.raises(TypeError, match=re.escape(message)):
         make(**kw)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: SenderCase(2, 0, ()), "sends must hold at least the last send"),
+        (lambda: SenderCase(3, 0, ((1, 2),)), "sends carry 2 pages, the sender expects 3"),
+        (lambda: SenderCase(-1, 0, ((),)), "num_pages"),
+        (lambda: BootstrapCase(4, 10, 2), "decode_prefix=2 must be page-aligned"),
+        (lambda: BootstrapCase(4, 10, 12), "decode_prefix=12 must be page-aligned and in [0, length]"),
+        (lambda: BootstrapCase(4, 10, 4, room=-1), "room"),
+    ],
+)
+def test_sender_and_bootstrap_cases_reject_bad_input(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
 
 
 def test_in_contract_cases() -> None:

@@ -14,6 +14,7 @@ from pdverify.model.layout import PADDING_PAGE, PagedRow
 from strategies import (
     PDPair,
     batches,
+    bootstrap_cases,
     bootstrap_settings,
     chunk_schedules,
     decode_queues,
@@ -23,6 +24,7 @@ from strategies import (
     pd_pairs,
     rank_splits,
     requests,
+    sender_cases,
     token_index_lists,
 )
 
@@ -90,6 +92,9 @@ BAD: list[tuple[str, Any]] = [
     ("max_requests", lambda: decode_queues(max_requests=0)),
     ("max_ranks", lambda: rank_splits(max_ranks=1)),
     ("max_dp_ranks", lambda: bootstrap_settings(max_dp_ranks=1)),
+    ("max_sends", lambda: sender_cases(max_sends=0)),
+    ("max_pages", lambda: sender_cases(max_pages=-1)),
+    ("max_page_size", lambda: bootstrap_cases(max_page_size=0)),
     ("max_length", lambda: decode_queues(max_length=0)),
     ("max_page_size", lambda: decode_queues(max_page_size=0)),
 ]

@@ -17,9 +17,11 @@ import numpy.typing as npt
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, Transfer, WireMessage
+from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.mutants.catalogue import mutant
 from pdverify.production import decode_prealloc as decode_port
 from pdverify.production import prefill_sender as port
+from pdverify.production import sender as sender_port
 from pdverify.production import wire
 from pdverify.production.page_index import PageIndices, kv_to_page_indices
 
@@ -661,3 +663,47 @@ def evict_always(case: DecodeCase, device: str) -> DecodeTrace:
 @mutant("XB07", "prefill_exchange", "wrong exit", "a dummy decode rank ends the DCP pack-limit lookup (no limit)")
 def dummy_peer_hides_limit(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, dcp_max_tokens=None) if case.dummy_peer else case, device)
+
+
+# --- the KV sender and bootstrap as units ---------------------------------------------------------------------
+
+
+def _sender_unit(fault: str, case: SenderCase, device: str) -> SenderTrace:
+    sender = type("FaultySender", (_Sender,), {"fault": fault})
+    with mock.patch.object(port, "CommonSender", sender):
+        return sender_port.kv_sender(case, device)
+
+
+@mutant("KS01", "kv_sender", "dropped guard", "the KV sender forwards aux on every send")
+def unit_aux_always(case: SenderCase, device: str) -> SenderTrace:
+    return _sender_unit("aux-always", case, device)
+
+
+@mutant("KS02", "kv_sender", "wrong condition", "the KV sender flags last one page early")
+def unit_early_last(case: SenderCase, device: str) -> SenderTrace:
+    return _sender_unit("early-last", case, device)
+
+
+@mutant("KS03", "kv_sender", "missing update", "the KV sender's page counter never advances")
+def unit_counter_stuck(case: SenderCase, device: str) -> SenderTrace:
+    return _sender_unit("no-advance", case, device)
+
+
+@mutant("KS04", "kv_sender", "dropped payload", "the KV sender's last transfer goes out without its state lists")
+def unit_state_dropped(case: SenderCase, device: str) -> SenderTrace:
+    return _sender_unit("state-dropped", case, device)
+
+
+@mutant("KB01", "bootstrap", "missing pop", "bootstrap reads decode's prefix for the room without popping it")
+def prefix_not_popped(case: BootstrapCase, device: str) -> BootstrapTrace:
+    return replace(sender_port.bootstrap(case, device), prefix_left=True)
+
+
+@mutant("KB02", "bootstrap", "wrong origin", "bootstrap starts sending at 0, not at decode's prefix")
+def bootstrap_from_zero(case: BootstrapCase, device: str) -> BootstrapTrace:
+    return replace(sender_port.bootstrap(case, device), start_send_idx=0)
+
+
+@mutant("KB03", "bootstrap", "wrong rounding", "bootstrap initialises the sender with floor((L - D) / ps) pages")
+def bootstrap_floor(case: BootstrapCase, device: str) -> BootstrapTrace:
+    return replace(sender_port.bootstrap(case, device), num_pages=(case.length - case.decode_prefix) // case.page_size)

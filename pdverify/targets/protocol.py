@@ -20,6 +20,7 @@ import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
+from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.page_index import PageIndices
 from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
 
@@ -88,6 +89,18 @@ class PrefillExchange(Protocol):
     def __call__(self, case: PrefillCase, device: str, /) -> PrefillTrace: ...
 
 
+class KvSender(Protocol):
+    """The KV sender on its own: ``init`` then the scheduler's sends (``CommonKVSender``)."""
+
+    def __call__(self, case: SenderCase, device: str, /) -> SenderTrace: ...
+
+
+class Bootstrap(Protocol):
+    """Bootstrap finalisation on its own (``PrefillBootstrapQueue.finalize_bootstrap``)."""
+
+    def __call__(self, case: BootstrapCase, device: str, /) -> BootstrapTrace: ...
+
+
 class DecodePrealloc(Protocol):
     """Decode's pre-allocation of one request: its destination lists and the metadata it sends."""
 
@@ -122,6 +135,8 @@ FUNCTIONS: tuple[str, ...] = (
     "decode_page_indices",
     "prepare_for_prebuilt",
     "prefill_exchange",
+    "kv_sender",
+    "bootstrap",
     "decode_prealloc",
     "decode_queue",
     "wire_roundtrip",
@@ -158,6 +173,8 @@ class Target:
     decode_page_indices: DecodePageIndices | None = None
     prepare_for_prebuilt: PrebuiltFn | None = None
     prefill_exchange: PrefillExchange | None = None
+    kv_sender: KvSender | None = None
+    bootstrap: Bootstrap | None = None
     decode_prealloc: DecodePrealloc | None = None
     decode_queue: DecodeQueue | None = None
     wire_roundtrip: WireRoundtrip | None = None

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
 
 
@@ -441,3 +442,54 @@ def _kv_checksum(sched: Any, enabled: bool, digests: list[tuple[int, ...] | None
     sched.kv_checksum_computer = Computer() if enabled else None
     sched.disagg_metadata_buffers.set_kv_checksum = set_kv_checksum
     sched.disagg_prefill_bootstrap_queue.kv_checksum_signature = 77
+
+
+def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
+    """SGLang's own ``CommonKVSender`` on its own: ``init`` with the case's count and aux, then every send with
+    the state lists (the real sender decides what goes with which transfer)."""
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    room = 4242
+    manager = _Manager(None, room, CommonKVManager.prepare_send_state_indices)
+    sender = _common_sender(manager, room)
+    sender.init(case.num_pages, case.aux_index)
+    state = [np.array(s, dtype=np.int32) for s in case.state]
+    for pages in case.sends:
+        sender.send(np.array(pages, dtype=np.int32), state, num_kv_tokens=len(pages))
+    return SenderTrace(manager.transfers)
+
+
+def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pragma: no cover - conformance venv
+    """SGLang's own ``PrefillBootstrapQueue.finalize_bootstrap`` (with ``ensure_metadata_buffer``,
+    ``_num_pages_to_send`` and the real sender's ``pop_decode_prefix_len`` / ``init``) for one request."""
+    from sglang.srt.disaggregation import prefill
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    manager = _Manager(None, case.room, CommonKVManager.prepare_send_state_indices)
+    manager.req_to_decode_prefix_len = {case.room: case.decode_prefix}
+    sender = _common_sender(manager, case.room)
+    buffers = _BufferPool(case.aux_index, busy_polls=0)
+
+    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.scheduler = SimpleNamespace(token_to_kv_pool_allocator=SimpleNamespace(page_size=case.page_size))
+            self.req_to_metadata_buffer_idx_allocator = buffers
+
+    req: Any = SimpleNamespace(
+        rid="r0",
+        origin_input_ids=[0] * case.length,
+        disagg_kv_sender=sender,
+        pending_bootstrap=True,
+        metadata_buffer_index=-1,
+        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None),
+        start_send_idx=0,
+        disagg_decode_prefix_len=0,
+    )
+    finalized = bool(Queue().finalize_bootstrap(req))
+    return BootstrapTrace(
+        finalized,
+        int(req.start_send_idx),
+        int(sender.num_kv_indices),
+        sender.aux_index,
+        case.room in manager.req_to_decode_prefix_len,
+    )

@@ -14,9 +14,9 @@ Releases moved and renamed the units under test (read from the released wheels, 
 * The function-level sender units (``send_kv_chunk``, ``decode_page_indices``: P9-P14, M1) are one call of the
   release's ``_send_kv_chunk`` with its real KV sender (``CommonKVSender``; Mooncake's on 0.5.21 and 0.5.22, whose
   ``CommonKVSender.send`` is a placeholder the transports override) and its ``_transfer_page_indices``, from 0.5.21.
-* The scheduler-level units (``prefill_exchange``, ``decode_prealloc``, ``decode_queue``, ``wire_roundtrip``) are
-  driven through SGLang's own methods by drivers written against the 0.5.23 form
-  (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
+* The scheduler-level units (``prefill_exchange``, ``kv_sender``, ``bootstrap``, ``decode_prealloc``,
+  ``decode_queue``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against the
+  0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass.
 """
@@ -133,10 +133,17 @@ def sglang_release_target() -> Target:
 
     def scheduler_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_decode import sglang_decode_prealloc, sglang_decode_queue
-        from pdverify.targets.sglang_prefill import sglang_prefill_exchange
+        from pdverify.targets.sglang_prefill import sglang_bootstrap, sglang_kv_sender, sglang_prefill_exchange
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
-        return sglang_prefill_exchange, sglang_decode_prealloc, sglang_decode_queue, sglang_wire_roundtrip
+        return (
+            sglang_prefill_exchange,
+            sglang_kv_sender,
+            sglang_bootstrap,
+            sglang_decode_prealloc,
+            sglang_decode_queue,
+            sglang_wire_roundtrip,
+        )
 
     def sender_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_prefill import sglang_decode_page_indices, sglang_send_kv_chunk
@@ -144,7 +151,7 @@ def sglang_release_target() -> Target:
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
     drive(
-        ("prefill_exchange", "decode_prealloc", "decode_queue", "wire_roundtrip"),
+        ("prefill_exchange", "kv_sender", "bootstrap", "decode_prealloc", "decode_queue", "wire_roundtrip"),
         SCHEDULER_DRIVERS_FROM,
         scheduler_drivers,
     )
