@@ -84,6 +84,17 @@ EXAMPLES = [
     # a hybrid SWA pool (window 4) with SWA pages for one tail: the second request fails, the third (its prefix
     # matched) too, releasing its lock; the pass goes on
     _queue(R(6), R(7), R(9, prefix_pages=(90,)), radix=True, swa_free_pages=(70, 71), window=4),
+    # a matched prefix is not charged again: 9 - 8 + 8 = 9 tokens fit a budget of 10
+    _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=10),
+    # the host reserve counts: 8 prompt tokens + 4 reserved do not fit 2 free host pages (8 tokens)
+    _queue(
+        R(7, host_capable=True),
+        R(4),
+        host_threshold=0.8,
+        pool_usage=0.9,
+        host_free_pages=(30, 31),
+        host_reserved_tokens=4,
+    ),
     # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
     _queue(
         R(5, aborted=True, checked=False),
