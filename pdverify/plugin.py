@@ -200,14 +200,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.user_properties.append(("pdverify_error_in", raised_in(exc, units)))
 
 
+_SUITE = ("/pdverify/properties/", "/pdverify/oracle/", "/pdverify/model/", "/strategies/")
+"""The suite's own code: an exception raised there, on a path that never entered the target, is the suite's."""
+_FRAMEWORK = ("/hypothesis/", "/_pytest/", "/pluggy/")
+
+
 def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
-    """Where a target error came from: the units the property calls, and the innermost frame of the code under
-    test (SGLang's own function when the target is a release; else the innermost frame outside pdverify's
-    properties and Hypothesis), so a report names the SGLang function that raised, not only the exception."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    sglang = [f for f in frames if "/sglang/srt/" in f.filename.replace("\\", "/")]
-    outside = [f for f in frames if not any(p in f.filename for p in ("/hypothesis/", "/_pytest/", "/pluggy/"))]
-    chosen = sglang or outside or list(frames)
+    """Where an error came from: the units the property calls, and the innermost frame of the code under test
+    (SGLang's own function when the target is a release; else the innermost frame outside the suite and the test
+    framework), so a report names the SGLang function that raised, not only the exception. An exception whose
+    frames never left the suite's own code (the property body, an oracle, a model's validation) is reported as an
+    error of the property, not of the target."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)]
+    path = [f.filename.replace("\\", "/") for f in frames]
+    sglang = [f for f, name in zip(frames, path, strict=True) if "/sglang/" in name and "/pdverify/" not in name]
+    code = [f for f, name in zip(frames, path, strict=True) if not any(p in name for p in _FRAMEWORK)]
+    own = [f for f in code if any(p in f.filename.replace("\\", "/") for p in _SUITE)]
+    if code and not sglang and len(own) == len(code):
+        frame = own[-1]
+        return (
+            f"error in the property, not the target (units {', '.join(units) or '?'} were not the cause); raised in "
+            f"{frame.name} ({frame.filename}:{frame.lineno}): {type(exc).__name__}: {str(exc)[:300]}"
+        )
+    chosen = sglang or [f for f in code if f not in own] or code or frames
     where = ""
     if chosen:
         frame = chosen[-1]
