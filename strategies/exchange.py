@@ -27,7 +27,8 @@ def prefill_cases(
     unaligned ones are skipped by the code), an int64 virtual-to-physical translation (a page table) or none, any
     subset of
     the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
-    its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health check)."""
+    its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health check);
+    with an early send, a HiCache host hit behind its device prefix or none."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -85,6 +86,8 @@ def draw_prefill_sends(
     )
     if shared is None and c.boolean():  # drawn last: earlier choices keep their meaning
         case = replace(case, kv_checksum=True, health_check=c.boolean())
+    if shared is None and early is not None and early + 1 < n and c.boolean():  # a host hit behind the device prefix
+        case = replace(case, host_hit_length=c.integer(1, n - 1 - early))
     return case
 
 

@@ -59,6 +59,8 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (prefill, {"attention_dp": (2, 0, "random", False)}, "method in"),
         (prefill, {"bootstrap_room": -1}, "bootstrap_room"),
         (prefill, {"buffer_waits": -1}, "buffer_waits"),
+        (prefill, {"host_hit_length": 4}, "host_hit_length=4 needs an early prefix"),
+        (prefill, {"host_hit_length": 20, "early_prefix": 4}, "below length"),
         (prefill, {"early_send_blocked": "busy"}, "early_send_blocked='busy' must be None"),
         (prefill, {"rank_split": ("kv_shard", 2, 2)}, "0 <= rank < size"),
         (prefill, {"rank_split": ("cp_all", 0, 1)}, "size >= 2"),

@@ -88,6 +88,10 @@ class PrefillCase:
     chunked_prefill_size: int | None = None
     """Staging on: the grid is ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
     early_prefix: int | None = None
+    host_hit_length: int = 0
+    """The part of the request's cached prefix that is a HiCache host hit still loading back, behind the device
+    part: ``prefix_len = early_prefix + host_hit_length``, and only ``early_prefix`` (``prefix_len -
+    host_hit_length``) may be sent early."""
     """``prefix_len - host_hit_length`` at the first batch: an early cached-prefix send; None: no early send."""
     translation: tuple[int, ...] | None = None
     """Unified memory: the virtual-to-physical page table (``v2p``; entry ``v`` is the physical page of virtual
@@ -157,6 +161,14 @@ class PrefillCase:
             require_int("chunked_prefill_size", self.chunked_prefill_size, minimum=1)
         if self.early_prefix is not None and not 0 <= self.early_prefix < max(1, self.length):
             raise ValueError(f"early_prefix={self.early_prefix} must be in [0, length - 1]")
+        require_int("host_hit_length", self.host_hit_length, minimum=0)
+        if self.host_hit_length and (
+            self.early_prefix is None or self.early_prefix + self.host_hit_length >= max(1, self.length)
+        ):
+            raise ValueError(
+                f"host_hit_length={self.host_hit_length} needs an early prefix and prefix_len = early_prefix + "
+                "host_hit_length below length"
+            )
         if self.translation is not None:
             self._check_translation(self.translation)
         unknown = set(self.state_types) - set(STATE_TYPES)

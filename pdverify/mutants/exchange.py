@@ -707,3 +707,10 @@ def bootstrap_from_zero(case: BootstrapCase, device: str) -> BootstrapTrace:
 @mutant("KB03", "bootstrap", "wrong rounding", "bootstrap initialises the sender with floor((L - D) / ps) pages")
 def bootstrap_floor(case: BootstrapCase, device: str) -> BootstrapTrace:
     return replace(sender_port.bootstrap(case, device), num_pages=(case.length - case.decode_prefix) // case.page_size)
+
+
+@mutant("XE07", "prefill_exchange", "missing term", "the early send ships the host hit still loading back too")
+def early_includes_host_hit(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.early_prefix is not None and case.host_hit_length:
+        case = replace(case, early_prefix=case.early_prefix + case.host_hit_length, host_hit_length=0)
+    return port.prefill_exchange(case, device)

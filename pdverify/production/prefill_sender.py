@@ -276,11 +276,12 @@ def maybe_send_cached_prefix_chunk(req: PrefillRequest, extend_end: int) -> None
     case = req.case
     if case.early_prefix is None or not case.early_send_env:
         return
+    prefix_len = case.early_prefix + case.host_hit_length  # the request's whole cached prefix
     if case.grid is not None and req.early_send_prefix_end is None:
-        req.early_send_prefix_end = case.early_prefix
+        req.early_send_prefix_end = max(0, prefix_len - case.host_hit_length)
     if case.early_send_blocked is not None:
         return
-    cached_end = req.early_send_prefix_end if case.grid is not None else case.early_prefix
+    cached_end = req.early_send_prefix_end if case.grid is not None else prefix_len - case.host_hit_length
     assert cached_end is not None
     if cached_end <= req.start_send_idx or cached_end % case.page_size:
         return

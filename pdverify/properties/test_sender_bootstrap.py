@@ -155,7 +155,7 @@ def test_s21_early_send_held_back(target: Target, device: str, case: PrefillCase
     held = replace(case, **hold)  # type: ignore[arg-type]
     note_event(f"early send held back: {hold}")
     got = _run(target, held, device)
-    want = _run(target, replace(case, early_prefix=None), device)
+    want = _run(target, replace(case, early_prefix=None, host_hit_length=0), device)
     assert _plain(got.transfers) == _plain(want.transfers), (
         f"with the early send held back ({hold}, early prefix {case.early_prefix}) the request shipped "
         f"{_plain(got.transfers)}; without an early send {_plain(want.transfers)}"
@@ -194,4 +194,30 @@ def test_s22_bootstrap_waits_for_a_buffer(
     finals = [t.aux_index for t in got.transfers if t.is_last]
     assert finals in ([case.aux_index], []), (
         f"aux on the last transfer {finals}, the request's buffer is {case.aux_index}"
+    )
+
+
+@example(case=replace(SPEC, early_prefix=4, chunk_ends=(9, 10)), hit=4)
+@example(case=replace(SPEC, early_prefix=4, chunk_ends=(10,), chunked_prefill_size=4), hit=5)
+@prop(
+    "S23",
+    "the early send ships only the device-resident prefix (prefix_len - host_hit_length): a HiCache host hit behind "
+    "it, still loading back, changes nothing the request ships",
+    needs=NEEDS,
+    case=prefill_cases(),
+    hit=st.integers(1, 96),
+)
+def test_s23_host_hit_not_sent_early(target: Target, device: str, case: PrefillCase, hit: int) -> None:
+    if case.early_prefix is None or case.early_prefix + 1 >= case.length:
+        case = replace(case, early_prefix=0) if case.length > 1 else case
+    room = case.length - 1 - (case.early_prefix or 0)
+    if case.early_prefix is None or room < 1:
+        return
+    note_event("host hit behind the device prefix")
+    with_hit = replace(case, host_hit_length=min(hit, room))
+    got = _run(target, with_hit, device)
+    want = _run(target, replace(case, host_hit_length=0), device)
+    assert _plain(got.transfers) == _plain(want.transfers), (
+        f"with a host hit of {with_hit.host_hit_length} behind the device prefix {case.early_prefix} the request "
+        f"shipped {_plain(got.transfers)}; with none {_plain(want.transfers)}"
     )
