@@ -18,6 +18,7 @@ HiCache host hits are the one-request ``DecodeCase``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pdverify.model.layout import pages_needed
 from pdverify.validation import require_int, require_page_size
@@ -251,3 +252,32 @@ class QueueTrace:
     events: tuple[tuple[str, int], ...] = ()
     """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
     (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One admitted request, as the trace lists it."""
+
+    index: int
+    pages: tuple[int, ...]
+    dtype: str
+    aux: int
+    row: int
+    allocated: tuple[int, ...]
+    row_prefix: tuple[int, ...] = ()
+    host: bool = False
+
+
+def queue_trace(admissions: list[Admission], **rest: tuple[Any, ...]) -> QueueTrace:
+    """The trace of a pass from its admissions (in order) and the rest of ``QueueTrace``'s fields."""
+    return QueueTrace(
+        admitted=tuple(a.index for a in admissions),
+        pages=tuple(a.pages for a in admissions),
+        dtypes=tuple(a.dtype for a in admissions),
+        aux=tuple(a.aux for a in admissions),
+        rows=tuple(a.row for a in admissions),
+        allocated=tuple(a.allocated for a in admissions),
+        row_prefix=tuple(a.row_prefix for a in admissions),
+        host=tuple(a.host for a in admissions),
+        **rest,
+    )

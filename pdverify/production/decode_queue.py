@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from pdverify.model.layout import token_locations
-from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, DecodeQueueCase, QueuedRequest, QueueTrace
+from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueuedRequest, QueueTrace, queue_trace
 from pdverify.production.page_index import kv_to_page_indices
 
 
@@ -168,18 +168,29 @@ class PreallocPass:
 
     # -- the pass --------------------------------------------------------------------------------------------
 
+    def admit(self, i: int, *, host: bool) -> Admission:
+        """Pre-allocate and register an admitted request: host pages, or a row with its prefix and fresh pages."""
+        self.removed.add(i)
+        self.loaded.add(self.case.requests[i].lora)
+        prefix: tuple[int, ...] = ()
+        if host:
+            locations, dest = self.receive_on_host(i)
+            self.handshake(i, host=True)
+            row = -1
+        else:
+            row, locations = self.allocate(i)
+            dest = self.destination(i, row)
+            self.handshake(i)
+            prefix = tuple(int(v) for v in self.req_to_token[row, : self.prefix(i)].tolist())
+        pages = tuple(int(p) for p in dest)
+        aux = self.free_buffers.pop(0)
+        return Admission(i, pages, str(dest.dtype), aux, row, tuple(locations), prefix, host)
+
     def run(self) -> QueueTrace:
         self.sort_queue()
         failed = self.fail_aborted()
         self.removed.update(failed)
-        admitted: list[int] = []
-        pages: list[tuple[int, ...]] = []
-        dtypes: list[str] = []
-        aux: list[int] = []
-        rows: list[int] = []
-        allocated: list[tuple[int, ...]] = []
-        row_prefix: list[tuple[int, ...]] = []
-        host: list[bool] = []
+        admissions: list[Admission] = []
         for i in self.queue:
             verdict = self.verdict(i)
             if verdict == "stop":
@@ -192,49 +203,15 @@ class PreallocPass:
                 self.cleared.append(i)
                 self.removed.add(i)
                 continue
-            if verdict == "host":
-                locations, dest = self.receive_on_host(i)
-                self.handshake(i, host=True)
-                admitted.append(i)
-                self.removed.add(i)
-                pages.append(tuple(int(p) for p in dest))
-                dtypes.append(str(dest.dtype))
-                aux.append(self.free_buffers.pop(0))
-                rows.append(-1)
-                allocated.append(tuple(locations))
-                row_prefix.append(())
-                host.append(True)
-                self.loaded.add(self.case.requests[i].lora)
-                continue
-            req = self.case.requests[i]
-            row, locations = self.allocate(i)
-            dest = self.destination(i, row)
-            self.handshake(i)
-            admitted.append(i)
-            self.removed.add(i)
-            pages.append(tuple(int(p) for p in dest))
-            dtypes.append(str(dest.dtype))
-            aux.append(self.free_buffers.pop(0))
-            rows.append(row)
-            allocated.append(tuple(locations))
-            row_prefix.append(tuple(int(v) for v in self.req_to_token[row, : self.prefix(i)].tolist()))
-            host.append(False)
-            self.loaded.add(req.lora)
-        return QueueTrace(
-            admitted=tuple(admitted),
+            admissions.append(self.admit(i, host=verdict == "host"))
+        return queue_trace(
+            admissions,
             failed=tuple(failed),
             remaining=tuple(i for i in self.queue if i not in self.removed),
             streamed=tuple(self.streamed),
             cleared=tuple(self.cleared),
-            pages=tuple(pages),
-            dtypes=tuple(dtypes),
-            aux=tuple(aux),
-            rows=tuple(rows),
-            allocated=tuple(allocated),
-            row_prefix=tuple(row_prefix),
             locked=tuple(sorted(self.locks)),
             events=tuple(self.events),
-            host=tuple(host),
         )
 
 

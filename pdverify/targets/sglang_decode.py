@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots
-from pdverify.model.queue import DecodeQueueCase, QueueTrace
+from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.sglang_prefill import int_tuple
 
 
@@ -444,44 +444,27 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def index(rid: str) -> int:
         return int(rid[1:])
 
-    admitted = [index(d.req.rid) for d in done]
-    pages: list[tuple[int, ...]] = []
-    dtypes: list[str] = []
-    aux: list[int] = []
-    rows: list[int] = []
-    allocated: list[tuple[int, ...]] = []
-    row_prefix: list[tuple[int, ...]] = []
-    host: list[bool] = []
+    admissions: list[Admission] = []
     for d in done:
         got, buffer = sent[d.req.rid]
         i = index(d.req.rid)
-        pages.append(int_tuple(got))
-        dtypes.append(str(np.asarray(got).dtype))
-        aux.append(int(buffer))
-        host.append(bool(d.host_staged))
+        pages, dtype = int_tuple(got), str(np.asarray(got).dtype)
         if d.host_staged:  # received into host memory: its host slots, no request row
-            rows.append(-1)
-            allocated.append(int_tuple(d.req.kv.retraction_backup.host_indices))
-            row_prefix.append(())
+            host_slots = int_tuple(d.req.kv.retraction_backup.host_indices)
+            admissions.append(Admission(i, pages, dtype, int(buffer), -1, host_slots, (), True))
             continue
         row = req_pool.req_to_token[d.req.kv.req_pool_idx]
         prefix = case.prefix_len(i)
-        rows.append(int(d.req.kv.req_pool_idx))
-        allocated.append(int_tuple(row[prefix : case.requests[i].fill_len]))
-        row_prefix.append(int_tuple(row[:prefix]))
-    return QueueTrace(
-        admitted=tuple(admitted),
+        fresh = int_tuple(row[prefix : case.requests[i].fill_len])
+        admissions.append(
+            Admission(i, pages, dtype, int(buffer), int(d.req.kv.req_pool_idx), fresh, int_tuple(row[:prefix]))
+        )
+    return queue_trace(
+        admissions,
         failed=tuple(index(d.req.rid) for d in failed),
         remaining=tuple(index(d.req.rid) for d in q.queue),
         streamed=tuple(index(rid) for rid in streamed),
         cleared=tuple(index(rid) for rid in cleared),
-        pages=tuple(pages),
-        dtypes=tuple(dtypes),
-        aux=tuple(aux),
-        rows=tuple(rows),
-        allocated=tuple(allocated),
-        row_prefix=tuple(row_prefix),
         locked=tuple(sorted(index(rid) for rid in held)),
         events=tuple(events),
-        host=tuple(host),
     )
