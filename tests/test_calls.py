@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 
 from pdverify.cli import exitcodes
 from pdverify.targets.calls import close_recording, open_recording, recording
+from tests.stand_in import run_check_on_stand_in
 
 RELEASE = """
 import helper_outside
@@ -132,17 +131,7 @@ target = load_target("pdverify").derive(
 
 
 def test_the_report_names_per_property_the_release_functions_called(tmp_path: Path) -> None:
-    pkg = tmp_path / "sglang" / "srt" / "mem_cache"
-    pkg.mkdir(parents=True)
-    for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
-        (d / "__init__.py").write_text("")
-    (pkg / "common.py").write_text(STAND_IN_SGLANG)
-    (tmp_path / "stand_in_target.py").write_text(STAND_IN_TARGET)
-    report = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "stand_in_target:target", "--profile",
-           "ci", "--device", "cpu", "-k", "p1_ or p5_", "--report", str(report), "-n", "2"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc, report = run_check_on_stand_in(tmp_path, STAND_IN_SGLANG, STAND_IN_TARGET, "-k", "p1_ or p5_", "-n", "2")
     assert proc.returncode == exitcodes.OK, proc.stdout + proc.stderr
     got = {p["id"]: p for p in json.loads(report.read_text())["properties"]}
     # collected from the xdist workers: P1 calls the stand-in's kv_to_page_indices, P5 (page_align_floor) none

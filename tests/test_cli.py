@@ -15,6 +15,7 @@ import pytest
 from pdverify.cli import exitcodes
 from pdverify.cli.main import main
 from pdverify.cli.report import SCHEMA_PATH, without_timings
+from tests.stand_in import run_check_on_stand_in
 
 
 def check(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -87,17 +88,7 @@ target = load_target("pdverify").derive("stand-in", kv_to_page_indices=common.kv
 def test_a_unit_raising_inside_sglang_is_a_target_error_naming_unit_and_function(tmp_path: Path) -> None:
     """A stand-in that lacks what the real function reads (here: a tensor has no ``scheduler``) is reported as a
     target error naming the unit and the SGLang function and line; the run goes on; never a pass."""
-    pkg = tmp_path / "sglang" / "srt" / "mem_cache"
-    pkg.mkdir(parents=True)
-    for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
-        (d / "__init__.py").write_text("")
-    (pkg / "common.py").write_text(STAND_IN_SGLANG)
-    (tmp_path / "stand_in_target.py").write_text(STAND_IN_TARGET)
-    report = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "stand_in_target:target", "--profile",
-           "ci", "--device", "cpu", "-k", "p1_ or p5_", "--report", str(report)]  # fmt: skip
-    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc, report = run_check_on_stand_in(tmp_path, STAND_IN_SGLANG, STAND_IN_TARGET, "-k", "p1_ or p5_")
     assert proc.returncode == exitcodes.FAILED, proc.stdout + proc.stderr
     got = {p["id"]: p for p in json.loads(report.read_text())["properties"]}
     assert got["P1"]["status"] == "error" and got["P5"]["status"] == "passed"
