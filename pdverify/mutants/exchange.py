@@ -155,9 +155,13 @@ class _Sender(port.CommonSender):
         )
 
 
+def _faulty_sender(fault: str) -> Any:
+    """``port.CommonSender`` replaced, for a ``with`` block, by ``_Sender`` with ``fault``."""
+    return mock.patch.object(port, "CommonSender", type("FaultySender", (_Sender,), {"fault": fault}))
+
+
 def _with_sender(fault: str, case: PrefillCase, device: str) -> PrefillTrace:
-    sender = type("FaultySender", (_Sender,), {"fault": fault})
-    with mock.patch.object(port, "CommonSender", sender):
+    with _faulty_sender(fault):
         return port.prefill_exchange(case, device)
 
 
@@ -669,8 +673,7 @@ def dummy_peer_hides_limit(case: PrefillCase, device: str) -> PrefillTrace:
 
 
 def _sender_unit(fault: str, case: SenderCase, device: str) -> SenderTrace:
-    sender = type("FaultySender", (_Sender,), {"fault": fault})
-    with mock.patch.object(port, "CommonSender", sender):
+    with _faulty_sender(fault):
         return sender_port.kv_sender(case, device)
 
 
