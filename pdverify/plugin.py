@@ -211,22 +211,20 @@ def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
     framework), so a report names the SGLang function that raised, not only the exception. An exception whose
     frames never left the suite's own code (the property body, an oracle, a model's validation) is reported as an
     error of the property, not of the target."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)]
-    path = [f.filename.replace("\\", "/") for f in frames]
-    sglang = [f for f, name in zip(frames, path, strict=True) if "/sglang/" in name and "/pdverify/" not in name]
-    code = [f for f, name in zip(frames, path, strict=True) if not any(p in name for p in _FRAMEWORK)]
-    own = [f for f in code if any(p in f.filename.replace("\\", "/") for p in _SUITE)]
+    located = [(f, f.filename.replace("\\", "/")) for f in traceback.extract_tb(exc.__traceback__)]
+    sglang = [(f, path) for f, path in located if "/sglang/" in path and "/pdverify/" not in path]
+    code = [(f, path) for f, path in located if not any(m in path for m in _FRAMEWORK)]
+    own = [(f, path) for f, path in code if any(m in path for m in _SUITE)]
     if code and not sglang and len(own) == len(code):
-        frame = own[-1]
+        frame = own[-1][0]
         return (
             f"error in the property, not the target (units {', '.join(units) or '?'} were not the cause); raised in "
             f"{frame.name} ({frame.filename}:{frame.lineno}): {type(exc).__name__}: {str(exc)[:300]}"
         )
-    chosen = sglang or [f for f in code if f not in own] or code or frames
+    chosen = sglang or [fp for fp in code if fp not in own] or code or located
     where = ""
     if chosen:
-        frame = chosen[-1]
-        module = frame.filename.replace("\\", "/")
+        frame, module = chosen[-1]
         if sglang:
             module = "sglang/" + module.rsplit("/sglang/", 1)[1]
         where = f"; raised in {frame.name} ({module}:{frame.lineno})"

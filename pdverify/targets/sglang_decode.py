@@ -287,7 +287,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     events: list[tuple[str, int]] = []
 
     class Receiver:
-        supports_host_destination = False
         require_staging = case.staging
 
         def __init__(self, rid: str) -> None:
