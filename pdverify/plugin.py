@@ -191,18 +191,62 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "skipped"
         report.longrepr = (str(item.path), 0, f"Skipped: CUDA out of memory: {str(exc).splitlines()[0][:200]}")
         report.user_properties.append(("pdverify_status", "skipped (CUDA OOM)"))
+        return
+    needs = item.get_closest_marker("needs")
+    units = tuple(needs.args) if needs is not None else ()
+    failures = [describe(e, units) for e in leaves(exc)]
+    report.user_properties.append(("pdverify_status", classify(exc)))
+    report.user_properties.append(("pdverify_failures", failures))
+    if len(failures) > 1:
+        report.user_properties.append(
+            ("pdverify_error_in", f"{len(failures)} distinct failures; first: {failures[0]['message']}")
+        )
+    elif failures[0]["status"] == "error":
+        report.user_properties.append(("pdverify_error_in", failures[0]["message"]))
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The distinct failures behind ``exc``: the members of an exception group (Hypothesis reports each distinct
+    bug it found as one), depth first, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for member in exc.exceptions for leaf in leaves(member)]
+    return [exc]
+
+
+def describe(exc: BaseException, units: tuple[str, ...]) -> dict[str, str]:
+    """One failure as the report shows it: its status, a one-line message (for an error, where it was raised)
+    and the counterexample Hypothesis attached to it."""
+    status = classify(exc)
+    if status == "error":
+        message = raised_in(exc, units)
     else:
-        status = classify(exc)
-        report.user_properties.append(("pdverify_status", status))
-        if status == "error":
-            needs = item.get_closest_marker("needs")
-            units = tuple(needs.args) if needs is not None else ()
-            report.user_properties.append(("pdverify_error_in", raised_in(exc, units)))
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        message = text.splitlines()[0][:500] if text else type(exc).__name__
+    notes = [str(n) for n in getattr(exc, "__notes__", ())]
+    example = next((i for i, n in enumerate(notes) if n.startswith(("Falsifying", "Failing"))), None)
+    counterexample = "\n".join(notes[example:]) if example is not None else ""
+    return {"status": status, "message": message, "counterexample": counterexample}
 
 
 _SUITE = ("/pdverify/properties/", "/pdverify/oracle/", "/pdverify/model/", "/strategies/")
 """The suite's own code: an exception raised there, on a path that never entered the target, is the suite's."""
 _FRAMEWORK = ("/hypothesis/", "/_pytest/", "/pluggy/")
+
+
+def _frames(exc: BaseException) -> tuple[list[tuple[Any, str]], list[tuple[Any, str]], list[tuple[Any, str]]]:
+    """The traceback's frames (with normalised paths): all of them, the release's (SGLang), and the code's (neither
+    the test framework's nor Hypothesis's)."""
+    located = [(f, f.filename.replace("\\", "/")) for f in traceback.extract_tb(exc.__traceback__)]
+    sglang = [(f, path) for f, path in located if "/sglang/" in path and "/pdverify/" not in path]
+    code = [(f, path) for f, path in located if not any(m in path for m in _FRAMEWORK)]
+    return located, sglang, code
+
+
+def raised_by_target(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside the code under test: its innermost frame outside the test framework lies
+    outside the suite's own code (property bodies, oracles, models, strategies)."""
+    code = _frames(exc)[2]
+    return bool(code) and not any(m in code[-1][1] for m in _SUITE)
 
 
 def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
@@ -211,9 +255,7 @@ def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
     framework), so a report names the SGLang function that raised, not only the exception. An exception whose
     frames never left the suite's own code (the property body, an oracle, a model's validation) is reported as an
     error of the property, not of the target."""
-    located = [(f, f.filename.replace("\\", "/")) for f in traceback.extract_tb(exc.__traceback__)]
-    sglang = [(f, path) for f, path in located if "/sglang/" in path and "/pdverify/" not in path]
-    code = [(f, path) for f, path in located if not any(m in path for m in _FRAMEWORK)]
+    located, sglang, code = _frames(exc)
     own = [(f, path) for f, path in code if any(m in path for m in _SUITE)]
     if code and not sglang and len(own) == len(code):
         frame = own[-1][0]
@@ -232,8 +274,9 @@ def raised_in(exc: BaseException, units: tuple[str, ...]) -> str:
 
 
 def classify(exc: BaseException) -> str:
-    """``failed`` for a broken property, ``flaky`` when Hypothesis could not reproduce the failure,
-    ``timeout`` for a hang, ``error`` for any other exception raised inside the target."""
+    """``failed`` for a broken property (an assertion of the property itself), ``flaky`` when Hypothesis could not
+    reproduce the failure, ``timeout`` for a hang, ``error`` for any other exception - an ``AssertionError``
+    raised inside the target's own code (an ``assert`` of the function under test) included."""
     from hypothesis.errors import Flaky
 
     if isinstance(exc, ExampleTimeout):
@@ -243,4 +286,4 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         kinds = {classify(e) for e in exc.exceptions}
         return "failed" if "failed" in kinds else sorted(kinds)[0]
-    return "failed" if isinstance(exc, AssertionError) else "error"
+    return "failed" if isinstance(exc, AssertionError) and not raised_by_target(exc) else "error"

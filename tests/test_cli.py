@@ -56,7 +56,8 @@ def test_user_target_with_injected_fault_is_caught(tmp_path: Path) -> None:
     code, report = check(tmp_path, "--target", "tests.user_targets:faulty", "-k", "p6_ or p5_")
     assert code == exitcodes.FAILED
     assert statuses(report) == {"P5": "passed", "P6": "failed"}
-    assert "page_align_floor" in next(p for p in report["properties"] if p["id"] == "P6")["counterexample"]
+    p6 = next(p for p in report["properties"] if p["id"] == "P6")
+    assert "test_p6_align_floor(" in p6["counterexample"] and "page_align_floor" in p6["message"]
 
 
 def test_misbehaving_target_is_isolated(tmp_path: Path) -> None:

@@ -90,3 +90,25 @@ rare_fault = load_target("pdverify").derive("user-rare-fault", kv_to_page_indice
 
 old_release = load_target("pdverify").derive("user-old-release", "pdverify's ports, checked as sglang 0.5.10",
                                              release="0.5.10")  # fmt: skip
+
+
+def _asserts_on_long(length: int, page_size: int) -> int:
+    """An ``assert`` of the function under test itself (as SGLang's own asserts): fires past 20 tokens."""
+    assert length <= 20, f"page_align_floor: length {length} past the table"
+    return (length // page_size) * page_size
+
+
+asserting = load_target("pdverify").derive("user-asserting", page_align_floor=_asserts_on_long)
+"""The target's own ``assert`` fails: a target error, not a property failure."""
+
+
+def _two_faults(length: int, page_size: int) -> int:
+    """Two distinct defects: an exception for lengths one past a page, a page too high when aligned."""
+    if length > page_size and length % page_size == 1:
+        raise ValueError(f"page_align_floor: cannot floor {length}")
+    right = (length // page_size) * page_size
+    return right + page_size if length and length % page_size == 0 else right
+
+
+two_faults = load_target("pdverify").derive("user-two-faults", page_align_floor=_two_faults)
+"""Hypothesis finds two distinct failures of one property: each is reported."""

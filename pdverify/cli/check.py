@@ -79,8 +79,10 @@ class Collector:
         elif report.failed:
             res.status = str(props.get("pdverify_status", "error" if report.when != "call" else "failed"))
             text = report.longreprtext
+            failures = list(props.get("pdverify_failures") or ())
             res.message = str(props.get("pdverify_error_in") or _headline(text))
-            res.counterexample = _counterexample(text)
+            res.counterexample = _counterexample(text) if len(failures) < 2 else failures[0]["counterexample"]
+            res.failures = failures if len(failures) > 1 else []
             res.kwargs = props.get("pdverify_args")
         elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
             res.status = "no examples"
@@ -89,7 +91,7 @@ class Collector:
 
 def _headline(text: str) -> str:
     errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
-    firsts = [e for e in errors if e and not e.startswith(("+", "assert", "where"))]
+    firsts = [e for e in errors if e and not e.startswith(("+", "|", "assert", "where"))]
     return (firsts or errors or [text.strip().splitlines()[-1] if text.strip() else ""])[0][:500]
 
 
@@ -203,8 +205,12 @@ def run_check(
     echo(render_table(results, colour=use_colour(sys.stdout)))
     for r in bad:
         echo(f"\n[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}")
-        if r.counterexample:
+        if r.counterexample and not r.failures:
             echo("  " + r.counterexample.replace("\n", "\n  "))
+        for k, failure in enumerate(r.failures, 1):
+            echo(f"  failure {k} of {len(r.failures)} [{failure['status']}]: {failure['message']}")
+            if failure["counterexample"]:
+                echo("    " + failure["counterexample"].replace("\n", "\n    "))
         echo(f"  reproduce: {r.reproduce}")
     counts = {s: sum(1 for r in results if r.status == s) for s in dict.fromkeys(r.status for r in results)}
     echo("\n" + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {duration:.1f}s")

@@ -29,6 +29,8 @@ class PropertyResult:
     first_failure: int | None = None
     calls: list[str] = field(default_factory=list)
     """The functions of the release under test its examples called (``module:qualname``; release targets only)."""
+    failures: list[dict[str, str]] = field(default_factory=list)
+    """Each distinct failure when Hypothesis found several (status, message, counterexample); empty otherwise."""
     kwargs: dict[str, str] | None = field(default=None, repr=False)
     """The counterexample's drawn arguments as Python source (``pdverify.cli.export.counterexample_literals``)."""
 
