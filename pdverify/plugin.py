@@ -18,6 +18,7 @@ import torch
 
 from pdverify import profiles
 from pdverify.devices import DEVICES, cuda_available
+from pdverify.local_constants import pin_local_constants
 from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, reset_examples
 from pdverify.properties.releases import bind_release
 from pdverify.targets import Target, TargetError, load_target
@@ -35,6 +36,7 @@ def configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs(*functions): target functions a property needs; missing ones make it not applicable"
     )
+    pin_local_constants()
     chosen = config.getoption("hypothesis_profile", default=None)
     settings.load_profile(chosen or profiles.default_profile())
     EXAMPLES.timeout = config.getoption("pdverify_timeout")
@@ -166,6 +168,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
             ("pdverify_property", getattr(getattr(item, "obj", None), "pdverify_property", None))
         )
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
+        item.user_properties.append(("pdverify_inputs", EXAMPLES.inputs.hexdigest()))
         item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
         # as source text: user properties travel from a pytest-xdist worker to the controller
         item.user_properties.append(("pdverify_args", counterexample_literals(EXAMPLES.last_kwargs)))

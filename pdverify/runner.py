@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from pdverify.local_constants import pin_local_constants
 from pdverify.profiles import restoring_default_profile  # importing it registers the profiles
 from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
 from pdverify.targets import Target
@@ -39,6 +40,7 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     out_of_range = info.contract.not_applicable(target.release)
     if out_of_range:
         return PropertyRun(info.id, "not applicable", 0, 0.0, out_of_range)
+    pin_local_constants()
     test: Any = info.test
     saved = getattr(test, "_hypothesis_internal_use_settings", None)
     reset_examples()

@@ -66,6 +66,7 @@ class Collector:
         res.seconds += report.duration
         props: dict[str, Any] = dict(report.user_properties)
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
+        res.inputs = str(props.get("pdverify_inputs") or res.inputs)
         if props.get("pdverify_first_failure") is not None:
             res.first_failure = int(props["pdverify_first_failure"])
         res.calls = sorted(set(res.calls) | set(props.get("pdverify_calls") or ()))

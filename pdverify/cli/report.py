@@ -27,6 +27,8 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
+    inputs: str = ""
+    """A digest of the choice sequences of every example run (equal digests: the same inputs were drawn)."""
     calls: list[str] = field(default_factory=list)
     """The functions of the release under test its examples called (``module:qualname``; release targets only)."""
     failures: list[dict[str, str]] = field(default_factory=list)

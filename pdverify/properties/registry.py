@@ -8,6 +8,7 @@ many examples executed), marks the test with the target functions it needs, and 
 from __future__ import annotations
 
 import functools
+import hashlib
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 from hypothesis import currently_in_test_context, event, example, given
+from hypothesis.control import current_build_context
 from hypothesis import strategies as st
 
 from pdverify.properties.releases import ALL_RELEASES, FROM_31173, FROM_35070, Contract
@@ -37,6 +39,8 @@ class _Counter(threading.local):
     timeout: float = 0.0
     seed: int | None = None
     """``--pdverify-seed``: the seed of every property's generation (None: Hypothesis chooses)."""
+    inputs: Any = hashlib.blake2b(digest_size=8)
+    """A digest of the choice sequence of every example run: two runs with the same digest drew the same inputs."""
     progress: Callable[[int], None] | None = None
     """Told the running count after every example (``pdverify check``'s progress line on a terminal)."""
 
@@ -47,6 +51,8 @@ EXAMPLES = _Counter()
 
 def count_example() -> None:
     EXAMPLES.examples += 1
+    if currently_in_test_context():
+        EXAMPLES.inputs.update(repr(current_build_context().data.choices).encode())
     if EXAMPLES.progress is not None:
         EXAMPLES.progress(EXAMPLES.examples)
 
@@ -55,6 +61,7 @@ def reset_examples() -> None:
     EXAMPLES.examples = 0
     EXAMPLES.first_failure = None
     EXAMPLES.last_kwargs = None
+    EXAMPLES.inputs = hashlib.blake2b(digest_size=8)
 
 
 @contextmanager
