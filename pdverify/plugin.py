@@ -41,6 +41,7 @@ def configure(config: pytest.Config) -> None:
     settings.load_profile(chosen or profiles.default_profile())
     EXAMPLES.timeout = config.getoption("pdverify_timeout")
     EXAMPLES.seed = config.getoption("pdverify_seed")
+    EXAMPLES.known_findings = config.getoption("pdverify_known_findings") == "apply"
     try:
         config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
     except TargetError as exc:
@@ -169,9 +170,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
         )
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
         item.user_properties.append(("pdverify_inputs", EXAMPLES.inputs.hexdigest()))
+        item.user_properties.append(("pdverify_findings", _finding_counts(item)))
         item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
         # as source text: user properties travel from a pytest-xdist worker to the controller
         item.user_properties.append(("pdverify_args", counterexample_literals(EXAMPLES.last_kwargs)))
+
+
+def _finding_counts(item: pytest.Item) -> dict[str, dict[str, int]]:
+    """Per finding recorded for this property on this target: examples inside its signature, and reproduced."""
+    from pdverify.findings import recorded
+
+    pid = getattr(getattr(item, "obj", None), "pdverify_property", None)
+    if pid is None or not EXAMPLES.known_findings:
+        return {}
+    return {
+        d.id: {"matched": EXAMPLES.matched.get(d.id, 0), "reproduced": EXAMPLES.reproduced.get(d.id, 0)}
+        for d in recorded(pid, item.config.stash[TARGET_KEY])
+    }
 
 
 def is_cuda_oom(exc: BaseException) -> bool:
@@ -182,7 +197,12 @@ def is_cuda_oom(exc: BaseException) -> bool:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    if call.when != "call" or call.excinfo is None or item.get_closest_marker("needs") is None:
+    if call.when != "call" or item.get_closest_marker("needs") is None:
+        return
+    if call.excinfo is None:
+        known = [k for k, n in EXAMPLES.reproduced.items() if n]
+        if known:
+            report.user_properties.append(("pdverify_status", "known defect"))
         return
     exc = call.excinfo.value
     if is_cuda_oom(exc):

@@ -32,6 +32,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seed every property's random generation (the example database stays in use, unlike --hypothesis-seed)",
     )
     group.addoption(
+        "--pdverify-known-findings",
+        default="apply",
+        choices=("apply", "ignore"),
+        help="apply: a recorded finding's failures inside its signature are counted and set aside and the search goes "
+        "on (pdverify.findings); ignore: every failure is a plain failure",
+    )
+    group.addoption(
         "--pdverify-timeout",
         type=float,
         default=0.0,

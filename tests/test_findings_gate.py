@@ -1,4 +1,5 @@
-"""The conformance gate passes only when a release's failures are exactly its recorded findings."""
+"""The conformance gate, per finding: a release passes only when each recorded finding reproduced (counted by its
+signature) and nothing else failed; with ``--fixed`` a patched release must no longer reproduce that finding."""
 
 from __future__ import annotations
 
@@ -6,36 +7,55 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 GATE = Path(__file__).resolve().parent.parent / "ci" / "findings_gate.py"
 
 
-def gate(tmp_path: Path, statuses: dict[str, str], recorded: list[str]) -> tuple[int, str]:
-    report = {"properties": [{"id": k, "device": "cpu", "status": v, "message": "m", "reproduce": "r"}
-                             for k, v in statuses.items()]}  # fmt: skip
-    findings = {"findings": [{"property": p, "device": "cpu", "summary": "s"} for p in recorded]}
-    (tmp_path / "r.json").write_text(json.dumps(report))
+def _row(pid: str, status: str, findings: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    counts = {k: {"matched": m, "reproduced": r} for k, (m, r) in (findings or {}).items()}
+    return {"id": pid, "device": "cpu", "status": status, "message": "m", "reproduce": "r", "findings": counts}
+
+
+def gate(tmp_path: Path, rows: list[dict[str, Any]], recorded: list[str], *extra: str) -> tuple[int, str]:
+    (tmp_path / "r.json").write_text(json.dumps({"known_findings": "apply", "properties": rows}))
+    findings = {"findings": [{"id": f"F{i}", "property": p, "summary": "s"} for i, p in enumerate(recorded, 1)]}
     (tmp_path / "f.json").write_text(json.dumps(findings))
-    proc = subprocess.run([sys.executable, str(GATE), str(tmp_path / "r.json"), str(tmp_path / "f.json")],
+    proc = subprocess.run([sys.executable, str(GATE), str(tmp_path / "r.json"), str(tmp_path / "f.json"), *extra],
                           capture_output=True, text=True)  # fmt: skip
-    return proc.returncode, proc.stdout
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
-    ("statuses", "recorded", "code", "says"),
+    ("rows", "recorded", "extra", "code", "says"),
     [
-        ({"P1": "passed", "P17": "failed"}, ["P17"], 0, "0 new, 0 not reproduced"),
-        ({"P1": "passed", "P17": "passed"}, [], 0, "0 failing"),
-        ({"P1": "error", "P17": "failed"}, ["P17"], 1, "NEW P1[cpu] error"),
-        ({"P1": "passed", "P17": "passed"}, ["P17"], 1, "NOT REPRODUCED P17[cpu]"),
-        ({"P1": "flaky"}, [], 1, "NEW P1[cpu] flaky"),
+        ([_row("P1", "passed"), _row("D1", "known defect", {"F1": (9, 7)})], ["D1"], (), 0, "reproduced on 7 examples"),
+        ([_row("P1", "passed")], [], (), 0, "0 recorded, 0 new failures"),
+        ([_row("P1", "error"), _row("D1", "known defect", {"F1": (9, 7)})], ["D1"], (), 1, "NEW P1[cpu] error"),
+        # a second defect in the property that holds the finding: new, though the finding reproduced too
+        ([_row("D1", "failed", {"F1": (9, 7)})], ["D1"], (), 1, "NEW D1[cpu] failed"),
+        ([_row("D1", "passed", {"F1": (9, 0)})], ["D1"], (), 1, "NOT REPRODUCED"),
+        ([_row("P1", "flaky")], [], (), 1, "NEW P1[cpu] flaky"),
+        ([_row("D1", "passed", {"F1": (9, 0)})], ["D1"], ("--fixed", "F1"), 0, "fixed by patch"),
+        ([_row("D1", "known defect", {"F1": (9, 2)})], ["D1"], ("--fixed", "F1"), 1, "STILL REPRODUCES"),
+        ([_row("D1", "passed", {"F1": (9, 0)})], ["D1"], ("--fixed", "F9"), 2, "names no recorded finding: F9"),
     ],
 )
-def test_gate(tmp_path: Path, statuses: dict[str, str], recorded: list[str], code: int, says: str) -> None:
-    got, out = gate(tmp_path, statuses, recorded)
+def test_gate(
+    tmp_path: Path, rows: list[dict[str, Any]], recorded: list[str], extra: tuple[str, ...], code: int, says: str
+) -> None:
+    got, out = gate(tmp_path, rows, recorded, *extra)
     assert got == code and says in out, out
+
+
+def test_a_run_that_ignored_the_findings_cannot_be_gated(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text(json.dumps({"known_findings": "ignore", "properties": []}))
+    (tmp_path / "f.json").write_text(json.dumps({"findings": []}))
+    proc = subprocess.run([sys.executable, str(GATE), str(tmp_path / "r.json"), str(tmp_path / "f.json")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "--known-findings ignore" in proc.stderr
 
 
 def test_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:

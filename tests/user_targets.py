@@ -112,3 +112,16 @@ def _two_faults(length: int, page_size: int) -> int:
 
 two_faults = load_target("pdverify").derive("user-two-faults", page_align_floor=_two_faults)
 """Hypothesis finds two distinct failures of one property: each is reported."""
+
+
+def as_release_0_5_23(base: str, name: str) -> Target:
+    """``base`` checked as SGLang 0.5.23: the findings recorded for that release apply (``pdverify.findings``)."""
+    return load_target(base).derive(name, f"{base}, checked as sglang 0.5.23", package="sglang", release="0.5.23")
+
+
+f2_as_released = as_release_0_5_23("mutant:XC01", "user-f2-as-released")
+"""The port with F2's released behaviour (the checksum digests virtual ids), as 0.5.23: S16 reproduces F2 only."""
+
+f2_and_a_second_defect = as_release_0_5_23("mutant:XC02", "user-f2-second-defect")
+"""A different checksum defect (the digest starts at 0, the decode prefix included) on a 0.5.23 target: a new
+failure, even though F2 is recorded for S16."""

@@ -156,7 +156,8 @@ class DecodeNode(decode.DecodePreallocQueue):
         assert [d.req.rid for d in done] == [rid] and not failed, f"{rid} was not admitted"
         taken = free_before - set(self.token_to_kv_pool_allocator.free_pages.tolist())
         row = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx].tolist()
-        return SimpleNamespace(req=req, sent=receiver.sent, taken=taken, row=row, l1_pages=list(l1_pages))
+        return SimpleNamespace(req=req, sent=receiver.sent, taken=taken, row=row, row_idx=int(req.kv.req_pool_idx),
+                               l1_pages=list(l1_pages))  # fmt: skip
 
     def release(self, admitted):
         """The request finished: its row goes back (``DecodeReqToTokenPool.free``, which keeps the row's contents)
@@ -168,7 +169,8 @@ class DecodeNode(decode.DecodePreallocQueue):
 
 
 def check(node: DecodeNode, got, *, others=()):
-    """Every page of every full-from-0 state list must be the page the request holds for that logical page."""
+    """Every page of every full-from-0 state list must be the page the request holds for that logical page:
+    its L1 prefix page, or a page pre-allocation took from the allocator for it (None: it holds none yet)."""
     ps, length = node.page_size, len(got.req.origin_input_ids)
     l1 = len(got.l1_pages) * ps
     n_pages = -(-length // ps)
@@ -181,11 +183,12 @@ def check(node: DecodeNode, got, *, others=()):
             held.append(got.row[pos] // ps)
         else:
             held.append(None)  # the request holds no page for it (a HiCache restore still pending)
-    problems = []
+    lists, problems = [], []
     for st, values in zip(node.kv_manager.kv_args.state_types, got.sent.state):
         if st not in FULL_FROM_ZERO or values is None:
             continue
-        start = n_pages - len(values)
+        lists.append((st.name, values))
+        start = n_pages - len(values)  # 0 for a list from position 0
         for i, page in enumerate(values):
             j = start + i
             if held[j] == page:
@@ -200,10 +203,11 @@ def check(node: DecodeNode, got, *, others=()):
                 what = f"page {page}, this request's own page for logical page {held.index(page)}"
             else:
                 what = f"page {page}, a page the request does not hold"
-            problems.append(f"positions {span} -> {what}")
-        problems_for = (st.name, values)
-        got.problems_for = problems_for
-    return held, problems
+            problems.append(f"{st.name} positions {span} -> {what}")
+    shown = ["-" if h is None else h for h in held]
+    lists_text = "; ".join(f"{name} list {values}" for name, values in lists)
+    verdict = "; ".join(problems) if problems else "every page held"
+    return f"decode registers {lists_text}, the request holds {shown} ('-': no page yet): {verdict}", bool(problems)
 
 
 def production() -> tuple[str, bool]:
@@ -218,43 +222,39 @@ def production() -> tuple[str, bool]:
     # Turn 2 of A (request B): its first 512 tokens hit the cache - 128 on device (L1), 384 on host (L2,
     # restore pending) - and it gets the request-to-token row A used.
     b = node.admit("B", 700, l1_pages=[system_page], host_hit=384)
-    held, problems = check(node, b, others=[c])
-    name, values = b.problems_for
+    result, bad = check(node, b, others=[c])
     text = (
-        f"Production-shaped (--kv-cache-dtype mxfp8 -> BLOCK_SCALE state, page size {ps}): request B (700 prompt "
-        f"tokens; decode radix cache hit of 128 tokens on device + 384 on host, so decode_prefix_len="
-        f"{b.sent.decode_prefix_len} with the HiCache restore of [128, 512) still pending) reuses request-to-token "
-        f"row {b.req.kv.req_pool_idx}, which request A had used; decode registers the {name} list {values} for "
-        f"logical pages 0..{len(values) - 1}, but B holds {['-' if h is None else h for h in held]} ('-': no page "
-        f"yet) - " + ("; ".join(problems) if problems else "all held")
-        + f". Live request C holds pages {sorted(c.taken)} (row {c.req.kv.req_pool_idx}); prefill writes B's "
-        f"{name} state for the listed positions into the listed pages."
+        f"Production-shaped (--kv-cache-dtype mxfp8 -> BLOCK_SCALE state list, page size {ps}, decode radix cache "
+        f"+ HiCache): request A (512 tokens, row {a.row_idx}, pages {sorted(a.taken)} after its "
+        f"cached system-prompt page {system_page}) finished and its pages went back to the pool; live request C "
+        f"(300 tokens, row {c.row_idx}) now holds pages {sorted(c.taken)}; request B, A's next turn "
+        f"(700 tokens), matches 128 tokens on device (L1) and 384 on host (L2, restore pending) and gets A's old "
+        f"row {b.row_idx}; decode sends decode_prefix_len={b.sent.decode_prefix_len}, main KV pages "
+        f"{b.sent.kv_pages}, and {result}."
     )
-    return text, bool(problems)
+    return text, bad
 
 
 def shrunk() -> tuple[str, bool]:
     """The shrunk counterexample: page size 1, L = 1, D = 1 (L1 0 + host 1), QSA_COMPRESSED, a fresh row."""
     node = DecodeNode(page_size=1, num_pages=9, rows=2, context_len=2, state_types=[StateType.QSA_COMPRESSED])
-    b = node.admit("r0", 1, host_hit=1, max_new_tokens=4)
-    held, problems = check(node, b)
-    name, values = b.problems_for
+    r = node.admit("r0", 1, host_hit=1, max_new_tokens=4)
+    result, bad = check(node, r)
     text = (
-        f"Shrunk (page size 1, L=1, L1=0, D={b.sent.decode_prefix_len}, fresh row, {name}): decode registers "
-        f"{name} list {values}, B holds {['-' if h is None else h for h in held]} - "
-        + ("; ".join(problems) if problems else "all held")
-        + "."
+        f"Shrunk (page size 1, L=1, L1=0, host hit 1, fresh row, QSA_COMPRESSED): decode sends decode_prefix_len="
+        f"{r.sent.decode_prefix_len}, main KV pages {r.sent.kv_pages}, and {result}."
     )
-    return text, bool(problems)
+    return text, bad
 
 
 def main() -> int:
     results = [production(), shrunk()]
     broken = any(bad for _, bad in results)
     verdict = (
-        "F1 PRESENT: decode's full-from-0 state lists (QSA_COMPRESSED / MINIMAX_DENSE_KV / BLOCK_SCALE) are built "
-        "from req_to_token[row, :seq_len] in pop_preallocated before the decode HiCache restore writes [L1, D), so "
-        "they name page 0 or a stale page id left in a reused row."
+        "F1 PRESENT: pop_preallocated builds decode's full-from-0 state lists (QSA_COMPRESSED / MINIMAX_DENSE_KV / "
+        "BLOCK_SCALE) from req_to_token[row, :seq_len] while the HiCache restore of [L1, D) is pending (_pre_alloc "
+        "writes only [0, L1) and [D, fill_len)), so they name page 0 or a stale page id of a reused row, and prefill "
+        "writes its state for [L1, D) into that page."
         if broken
         else "F1 absent: every page of decode's full-from-0 state lists is a page the request holds."
     )

@@ -67,6 +67,7 @@ class Collector:
         props: dict[str, Any] = dict(report.user_properties)
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
         res.inputs = str(props.get("pdverify_inputs") or res.inputs)
+        res.findings = dict(props.get("pdverify_findings") or res.findings)
         if props.get("pdverify_first_failure") is not None:
             res.first_failure = int(props["pdverify_first_failure"])
         res.calls = sorted(set(res.calls) | set(props.get("pdverify_calls") or ()))
@@ -85,6 +86,16 @@ class Collector:
             res.counterexample = _counterexample(text) if len(failures) < 2 else failures[0]["counterexample"]
             res.failures = failures if len(failures) > 1 else []
             res.kwargs = props.get("pdverify_args")
+        elif report.when == "call" and props.get("pdverify_status") == "known defect":
+            res.status = "known defect"
+            res.message = (
+                "; ".join(
+                    f"{fid} reproduced on {n['reproduced']} examples (of {n['matched']} in its signature)"
+                    for fid, n in res.findings.items()
+                    if n["reproduced"]
+                )
+                + f"; no other failure in {res.examples} examples"
+            )
         elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
             res.status = "no examples"
             res.message = "no example executed: every generated input was filtered or the run stopped at once"
@@ -123,6 +134,7 @@ def run_check(
     seed: int | None,
     timeout: float,
     report_path: Path | None,
+    known_findings: str = "apply",
     export_dir: Path | None,
     jobs: int = 0,
     echo: Any = print,
@@ -149,6 +161,8 @@ def run_check(
         str(timeout),
         "--hypothesis-profile",
         profile,
+        "--pdverify-known-findings",
+        known_findings,
     ]
     if not derandomized:
         args += ["--pdverify-seed", str(chosen_seed)]
@@ -171,13 +185,13 @@ def run_check(
         contextlib.redirect_stderr(log),
     ):
         EXAMPLES.progress = progress.example if progress.active and not jobs else None
-        saved = EXAMPLES.timeout, EXAMPLES.seed
+        saved = EXAMPLES.timeout, EXAMPLES.seed, EXAMPLES.known_findings
         try:
             code = pytest.main(args, plugins=[collector])
         finally:
             # the run's limit and seed stay with the run (an in-process caller runs properties afterwards)
             EXAMPLES.progress = None
-            EXAMPLES.timeout, EXAMPLES.seed = saved
+            EXAMPLES.timeout, EXAMPLES.seed, EXAMPLES.known_findings = saved
             for info in PROPERTIES.values():
                 if hasattr(info.test, "_hypothesis_internal_use_seed"):
                     info.test._hypothesis_internal_use_seed = None
@@ -192,7 +206,8 @@ def run_check(
         base += ["--seed", str(chosen_seed)]
     for r in results:
         if r.status not in ("passed", "not applicable", "skipped"):
-            r.reproduce = shlex.join([*base, "--device", r.device if r.device != "-" else device, "-k", r.test])
+            again = ["--known-findings", "ignore"] if r.status == "known defect" else []
+            r.reproduce = shlex.join([*base, "--device", r.device if r.device != "-" else device, *again, "-k", r.test])
     ran = [r for r in results if r.status not in ("not applicable", "skipped")]
     bad = [r for r in ran if r.status != "passed"]
     message = ""
@@ -237,6 +252,7 @@ def run_check(
             "profile": profile,
             "seed": chosen_seed,
             "keyword": keyword,
+            "known_findings": known_findings,
             "started": started.isoformat(),
             "duration_s": round(duration, 3),
             "exit_code": exit_code,

@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-k", dest="keyword", default=None, help="only properties matching this pytest -k expression")
     check.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles that are not derandomized)")
     check.add_argument("--timeout", type=float, default=60.0, help="per-example time limit in seconds (0: none)")
+    check.add_argument(
+        "--known-findings",
+        choices=("apply", "ignore"),
+        default="apply",
+        help="apply: failures a recorded finding explains are counted and the search goes on; ignore: plain failures",
+    )
     check.add_argument("--report", default="pdverify-report.json", help="JSON run report path ('' for none)")
     check.add_argument("--export-regressions", metavar="DIR", default=None, help="write each failure as a pytest file")
     check.add_argument(
@@ -167,6 +173,7 @@ def _check(args: argparse.Namespace) -> int:
         keyword=args.keyword,
         seed=args.seed,
         timeout=args.timeout,
+        known_findings=args.known_findings,
         report_path=report,
         export_dir=export,
         jobs=args.jobs,

@@ -21,6 +21,7 @@ from pdverify.cli.report import PropertyResult
 STATUS_STYLE = {
     "passed": "green",
     "failed": "bold red",
+    "known defect": "magenta",
     "error": "bold red",
     "timeout": "bold red",
     "flaky": "bold magenta",

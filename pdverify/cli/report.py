@@ -27,6 +27,9 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
+    findings: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per finding recorded for this property on the target's release: examples inside its signature
+    (``matched``) and those whose failure it explains (``reproduced``; set aside, the search went on)."""
     inputs: str = ""
     """A digest of the choice sequences of every example run (equal digests: the same inputs were drawn)."""
     calls: list[str] = field(default_factory=list)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pytest
-from hypothesis import currently_in_test_context, event, example, given
-from hypothesis.control import current_build_context
+from hypothesis import currently_in_test_context, event, example, given, reject
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 
 from pdverify.properties.releases import ALL_RELEASES, FROM_31173, FROM_35070, Contract
 
@@ -41,12 +41,19 @@ class _Counter(threading.local):
     """``--pdverify-seed``: the seed of every property's generation (None: Hypothesis chooses)."""
     inputs: Any = hashlib.blake2b(digest_size=8)
     """A digest of the choice sequence of every example run: two runs with the same digest drew the same inputs."""
+    known_findings: bool = True
+    """Set recorded findings' failures aside (``pdverify.findings``); False: every failure is a plain failure."""
+    matched: dict[str, int]
+    """Per recorded finding: examples inside its signature."""
+    reproduced: dict[str, int]
+    """Per recorded finding: examples whose failure it explains (set aside, the run goes on)."""
     progress: Callable[[int], None] | None = None
     """Told the running count after every example (``pdverify check``'s progress line on a terminal)."""
 
 
 EXAMPLES = _Counter()
 """Examples executed since the last ``reset_examples()`` (on this thread)."""
+EXAMPLES.matched, EXAMPLES.reproduced = {}, {}
 
 
 def count_example() -> None:
@@ -57,11 +64,24 @@ def count_example() -> None:
         EXAMPLES.progress(EXAMPLES.examples)
 
 
+def _known_defects(property_id: str, kwargs: dict[str, Any]) -> list[Any]:
+    """The recorded findings of this property on this example's target whose signature the example matches."""
+    if not EXAMPLES.known_findings or "target" not in kwargs:
+        return []
+    from pdverify.findings import recorded
+
+    known = [d for d in recorded(property_id, kwargs["target"]) if d.shows(kwargs)]
+    for d in known:
+        EXAMPLES.matched[d.id] = EXAMPLES.matched.get(d.id, 0) + 1
+    return known
+
+
 def reset_examples() -> None:
     EXAMPLES.examples = 0
     EXAMPLES.first_failure = None
     EXAMPLES.last_kwargs = None
     EXAMPLES.inputs = hashlib.blake2b(digest_size=8)
+    EXAMPLES.matched, EXAMPLES.reproduced = {}, {}
 
 
 @contextmanager
@@ -164,9 +184,19 @@ def prop(
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
             count_example()
+            known = _known_defects(id, kwargs)
             try:
                 with time_limit(EXAMPLES.timeout if timed else 0):
                     return fn(*args, **kwargs)
+            except AssertionError as exc:
+                defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
+                if defect is not None:
+                    EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
+                    reject()  # a recorded finding, reproduced: set aside, and the search goes on
+                EXAMPLES.last_kwargs = dict(kwargs)
+                if EXAMPLES.first_failure is None:
+                    EXAMPLES.first_failure = EXAMPLES.examples
+                raise
             except BaseException:
                 # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
                 # are the counterexample (a hang's are the hanging example's).

@@ -1,0 +1,122 @@
+"""Recorded defects of released SGLang, as predicates: a recorded finding must not blind its property.
+
+A finding's property fails on the release wherever the defect shows, and an explicit example reaches it at once:
+left as a plain failure, the property would stop at its first example and never look at the rest of its input
+space - a second, different defect there would go unseen. So each finding carries
+
+* a **signature**, a predicate over the property's drawn arguments that says where the defect can show, and
+* an **explanation**, a predicate over those arguments and the property's assertion message that says the failure
+  is this defect's (and not another one in the same input).
+
+On a target that is a release the finding is recorded for (``Target.package``, ``Target.release``), an example
+inside a signature whose failure the finding explains is counted (the finding *reproduced*) and set aside
+(``hypothesis.reject``: it does not use the profile's example budget); the property goes on generating. Any other
+failure - outside every signature, or inside one but not explained by it - is a new failure, reported as such.
+``pdverify check --known-findings ignore`` switches this off (every failure is a plain failure).
+
+The findings files (``findings/sglang-<release>.json``) and the triage record which findings a release has; this
+module holds what they cannot - the predicates - and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FULL_FROM_0 = ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE")
+"""State types whose decode list covers ``[0, L)`` page by page (``_full_kv_pages_payload``)."""
+
+
+@dataclass(frozen=True)
+class KnownDefect:
+    id: str
+    property: str
+    """The property id that finds it."""
+    package: str
+    releases: tuple[str, ...]
+    summary: str
+    shows: Callable[[Mapping[str, Any]], bool]
+    """The signature: whether the defect can show on these drawn arguments."""
+    explains: Callable[[Mapping[str, Any], str], bool]
+    """Whether the property's assertion message on these arguments is this defect's failure."""
+
+    def recorded_for(self, target: Any) -> bool:
+        return getattr(target, "package", None) == self.package and getattr(target, "release", None) in self.releases
+
+
+_TRIPLE = re.compile(r"\((\d+), (-?\d+), (None|-?\d+)\)")
+
+
+def _f1_shows(kwargs: Mapping[str, Any]) -> bool:
+    case = kwargs.get("case")
+    return (
+        case is not None
+        and any(kind in FULL_FROM_0 for kind in getattr(case, "state_types", ()))
+        and getattr(case, "decode_prefix", 0) > getattr(case, "l1_prefix", 0)
+    )
+
+
+def _f1_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """D1's message for a full-from-0 list whose only wrong entries are logical pages of ``[L1, D)`` held by no
+    page yet (their HiCache restore is pending): ``(logical page, sent, held)`` triples, each ``held`` None."""
+    case = kwargs["case"]
+    kinds = "|".join(FULL_FROM_0)
+    head = re.match(rf"({kinds}) list \[[^\]]*\] from position 0: logical page, sent, held = \[", message)
+    if head is None:
+        return False
+    body = message[head.end() : message.index("]", head.end())]
+    bad = _TRIPLE.findall(body)
+    ps = case.page_size
+    first, past = case.l1_prefix // ps, -(-case.decode_prefix // ps)
+    return bool(bad) and all(held == "None" and first <= int(page) < past for page, _, held in bad)
+
+
+def _f2_shows(kwargs: Mapping[str, Any]) -> bool:
+    case = kwargs.get("case")
+    return (
+        case is not None
+        and bool(getattr(case, "kv_checksum", False))
+        and not getattr(case, "health_check", False)
+        and getattr(case, "translation", None) is not None
+    )
+
+
+def _f2_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S16's message when the one digest covers exactly the untranslated (virtual) pages of ``[D, L)``."""
+    case = kwargs["case"]
+    ps = case.page_size
+    virtual = tuple(loc // ps for loc in case.row[case.decode_prefix :: ps])
+    return message.startswith(f"digests [{virtual!r}], expected one over the pages sent")
+
+
+KNOWN: dict[str, KnownDefect] = {
+    d.id: d
+    for d in (
+        KnownDefect(
+            "F1",
+            "D1",
+            "sglang",
+            ("0.5.23",),
+            "decode's full-from-0 state lists name page 0 or a stale page for prefix positions whose HiCache restore "
+            "is pending",
+            _f1_shows,
+            _f1_explains,
+        ),
+        KnownDefect(
+            "F2",
+            "S16",
+            "sglang",
+            ("0.5.23",),
+            "the KV checksum digests the untranslated (virtual) page ids on a unified-memory pool",
+            _f2_shows,
+            _f2_explains,
+        ),
+    )
+}
+
+
+def recorded(property_id: str, target: Any) -> list[KnownDefect]:
+    """The known defects of ``property_id`` recorded for ``target``'s release (none for a target that is not one)."""
+    return [d for d in KNOWN.values() if d.property == property_id and d.recorded_for(target)]

@@ -1,0 +1,66 @@
+"""A recorded finding does not blind its property: examples its signature explains are counted and set aside, the
+search goes on, and a second defect in the same property is a new failure - end to end through the gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pdverify.cli import exitcodes
+from pdverify.findings import KNOWN
+from tests.test_cli import check
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gate(tmp_path: Path, report: dict[str, object]) -> tuple[int, str]:
+    (tmp_path / "gated.json").write_text(json.dumps(report))
+    cmd = [sys.executable, str(ROOT / "ci" / "findings_gate.py"), str(tmp_path / "gated.json"),
+           str(ROOT / "findings" / "sglang-0.5.23.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout
+
+
+def test_a_reproduced_finding_is_set_aside_and_the_search_goes_on(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--target", "tests.user_targets:f2_as_released", "-k", "s16")
+    s16 = report["properties"][0]
+    assert code == exitcodes.FAILED and s16["status"] == "known defect", s16  # a defect is never green
+    counts = s16["findings"]["F2"]
+    assert counts["reproduced"] >= 1 and counts["reproduced"] == counts["matched"], counts
+    # the profile's whole budget ran outside the signature (rejected examples do not count against it)
+    assert s16["examples"] - counts["matched"] >= 100, s16
+    assert "--known-findings ignore" in s16["reproduce"]
+    # the gate of the released 0.5.23 reads F2 reproduced; F1's property did not run in this report
+    gate_code, out = _gate(tmp_path, report)
+    assert f"F2   reproduced on {counts['reproduced']} examples" in out and "F1   NOT REPRODUCED" in out, out
+    assert gate_code == 1 and "0 new failures" in out
+
+
+def test_a_second_defect_behind_a_recorded_finding_is_new(tmp_path: Path) -> None:
+    code, report = check(tmp_path, "--target", "tests.user_targets:f2_and_a_second_defect", "-k", "s16")
+    s16 = report["properties"][0]
+    assert code == exitcodes.FAILED and s16["status"] == "failed", s16
+    assert s16["findings"]["F2"]["reproduced"] == 0
+    assert "expected one over the pages sent" in s16["message"]
+    gate_code, out = _gate(tmp_path, report)
+    assert gate_code == 1 and "NEW S16[cpu] failed" in out, out
+
+
+def test_ignoring_the_findings_reports_the_plain_failure(tmp_path: Path) -> None:
+    code, report = check(
+        tmp_path, "--target", "tests.user_targets:f2_as_released", "-k", "s16", "--known-findings", "ignore"
+    )
+    s16 = report["properties"][0]
+    assert code == exitcodes.FAILED and s16["status"] == "failed" and s16["findings"] == {}, s16
+    assert report["known_findings"] == "ignore"
+
+
+def test_every_recorded_finding_has_a_signature_and_every_signature_a_record() -> None:
+    recorded = {}
+    for path in (ROOT / "findings").glob("sglang-*.json"):
+        data = json.loads(path.read_text())
+        for f in data["findings"]:
+            recorded[f["id"]] = (f["property"], data["release"])
+    assert recorded == {k: (d.property, r) for k, d in KNOWN.items() for r in d.releases}
