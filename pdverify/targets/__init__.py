@@ -11,7 +11,8 @@ __all__ = ["BUILTIN", "FUNCTIONS", "NotApplicable", "Target", "TargetError", "lo
 
 
 def load_target(spec: str | Target) -> Target:
-    """A built-in target by name, ``mutant:ID`` (a catalogued mutant), or ``package.module:attr`` naming a
+    """A built-in target by name, ``mutant:ID`` (a catalogued mutant), ``sglang-plant:ID`` (the installed SGLang
+    with a second defect planted behind a recorded finding, ``pdverify.mutants.sglang_plants``), or ``package.module:attr`` naming a
     ``Target`` (or a function returning one)."""
     if isinstance(spec, Target):
         return spec
@@ -24,6 +25,10 @@ def load_target(spec: str | Target) -> Target:
         if ident not in load_all():
             raise TargetError(f"unknown target {spec!r}: no mutant {ident!r} in the catalogue")
         return mutant_target(ident)
+    if spec.startswith("sglang-plant:"):
+        from pdverify.mutants.sglang_plants import planted_target
+
+        return planted_target(spec.partition(":")[2])
     if ":" not in spec:
         raise TargetError(f"unknown target {spec!r}: use one of {', '.join(BUILTIN)} or 'package.module:attr'")
     module_name, _, attr = spec.partition(":")
