@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from findings_gate import gate  # noqa: E402
+from findings_gate import gate
 
 
 def main(argv: list[str]) -> int:

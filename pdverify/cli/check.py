@@ -18,11 +18,12 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from pdverify.cli import exitcodes
+from pdverify.cli import exitcodes, interrupt
 from pdverify.cli.render import Progress, render_table, use_colour
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
 from pdverify.plugin import NOT_APPLICABLE
@@ -44,6 +45,20 @@ class Collector:
     def __init__(self, progress: Progress | None = None) -> None:
         self.results: dict[str, PropertyResult] = {}
         self.progress = progress
+        self.collected: list[str] = []
+        """The node ids selected to run, in order (known once collection finished)."""
+        self.finished: set[str] = set()
+        """The node ids whose run protocol completed (setup, call, teardown)."""
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:  # a pytest-xdist controller collects nothing itself: XdistCollection tells it
+            self.selected([item.nodeid for item in session.items])
+
+    def selected(self, nodeids: list[str]) -> None:
+        if not self.collected:
+            self.collected = list(nodeids)
+            if self.progress is not None:
+                self.progress.total = len(nodeids)
 
     def _result(self, item_or_report: Any) -> PropertyResult:
         nodeid = item_or_report.nodeid
@@ -58,6 +73,7 @@ class Collector:
             self.progress.start(nodeid.split("::")[-1])
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.finished.add(nodeid)
         if self.progress is not None:
             self.progress.finish()
 
@@ -99,6 +115,28 @@ class Collector:
         elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
             res.status = "no examples"
             res.message = "no example executed: every generated input was filtered or the run stopped at once"
+
+    def interrupted(self, signal_name: str) -> None:
+        """Mark what an interrupt left unfinished: a property that started but did not complete is
+        ``interrupted`` (never ``passed``), one that never started ``not run``."""
+        for nodeid, res in self.results.items():
+            if nodeid not in self.finished:
+                res.status = "interrupted"
+                res.message = f"interrupted by {signal_name} after {res.examples} examples: unfinished, not a pass"
+        for nodeid in self.collected:
+            if nodeid not in self.results:
+                res = self._result(SimpleNamespace(nodeid=nodeid))
+                res.status, res.message = "not run", f"not run: the run was interrupted by {signal_name}"
+
+
+class XdistCollection:
+    """Under pytest-xdist: the controller learns the selected node ids from the first worker's collection."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.collector.selected(list(ids))
 
 
 def _headline(text: str) -> str:
@@ -186,8 +224,11 @@ def run_check(
     ):
         EXAMPLES.progress = progress.example if progress.active and not jobs else None
         saved = EXAMPLES.timeout, EXAMPLES.seed, EXAMPLES.known_findings
+        plugins: list[Any] = [collector, XdistCollection(collector)] if jobs else [collector]
         try:
-            code = pytest.main(args, plugins=[collector])
+            code = pytest.main(args, plugins=plugins)
+        except KeyboardInterrupt:  # outside the session pytest guards (its start or its end)
+            code = pytest.ExitCode.INTERRUPTED
         finally:
             # the run's limit and seed stay with the run (an in-process caller runs properties afterwards)
             EXAMPLES.progress = None
@@ -196,6 +237,9 @@ def run_check(
                 if hasattr(info.test, "_hypothesis_internal_use_seed"):
                     info.test._hypothesis_internal_use_seed = None
     duration = time.perf_counter() - t0
+    stopped = code == pytest.ExitCode.INTERRUPTED or bool(interrupt.RECEIVED)
+    if stopped:
+        collector.interrupted(interrupt.describe())
     # titles and declaration order, read after the run: importing the property modules before pytest loads the
     # profile would not change which profile runs (pdverify.plugin.bind_profile), but under xdist the
     # controller never imports them
@@ -211,15 +255,23 @@ def run_check(
     ran = [r for r in results if r.status not in ("not applicable", "skipped")]
     bad = [r for r in ran if r.status != "passed"]
     message = ""
-    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+    if stopped:
+        message = (
+            f"interrupted by {interrupt.describe()} after {duration:.1f}s: unfinished and unrun properties are marked "
+            "so; this run verified nothing past that point"
+        )
+    elif code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         message = f"pytest could not run the suite: {log.getvalue().strip().splitlines()[-1:]}"
     elif not ran:
         message = "no property ran on this target (all not applicable, deselected or skipped): nothing was verified"
-    exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
+    exit_code = interrupt.exit_code() if stopped else exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
 
     echo(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
     echo(render_table(results, colour=use_colour(sys.stdout)))
+    unrun = [r for r in bad if r.status == "not run"]
     for r in bad:
+        if r.status == "not run":
+            continue
         echo(f"\n[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}")
         if r.counterexample and not r.failures:
             echo("  " + r.counterexample.replace("\n", "\n  "))
@@ -228,6 +280,8 @@ def run_check(
             if failure["counterexample"]:
                 echo("    " + failure["counterexample"].replace("\n", "\n    "))
         echo(f"  reproduce: {r.reproduce}")
+    if unrun:
+        echo(f"\n[not run] {len(unrun)} properties: " + ", ".join(f"{r.id}[{r.device}]" for r in unrun))
     counts = {s: sum(1 for r in results if r.status == s) for s in dict.fromkeys(r.status for r in results)}
     echo("\n" + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" in {duration:.1f}s")
     if message:
@@ -256,6 +310,7 @@ def run_check(
             "started": started.isoformat(),
             "duration_s": round(duration, 3),
             "exit_code": exit_code,
+            "status": "interrupted" if stopped else "completed",
             "command": shlex.join(base + ["--device", device] + (["-k", keyword] if keyword else [])),
             "message": message,
         }

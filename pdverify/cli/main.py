@@ -138,6 +138,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    """``pdverify check``; a SIGINT or SIGTERM at any point (imports and target loading included) ends it with
+    exit 130 / 143 and, when a report was asked for, a report whose status is ``interrupted``."""
+    from pdverify.cli import interrupt
+
+    with interrupt.interruptible():
+        try:
+            return _check_run(args)
+        except KeyboardInterrupt:
+            print(f"pdverify check: interrupted by {interrupt.describe()} before any property ran", file=sys.stderr)
+            if args.report:
+                _write_interrupted_report(args, interrupt.exit_code())
+            return interrupt.exit_code()
+
+
+def _write_interrupted_report(args: argparse.Namespace, code: int) -> None:
+    import datetime as dt
+    import json
+
+    report = {
+        "schema": "pdverify-report/1",
+        "target": {"spec": args.target, "name": args.target, "description": "", "package": "", "package_version": None,
+                   "supplies": []},
+        "device": args.device, "profile": args.profile or default_profile(), "seed": args.seed or "derandomized",
+        "started": dt.datetime.now(dt.UTC).isoformat(), "duration_s": 0.0, "exit_code": code, "status": "interrupted",
+        "message": "interrupted before any property ran",
+        "versions": {"pdverify": None, "torch": None, "numpy": None, "hypothesis": None, "python": None},
+        "summary": {}, "properties": [],
+    }  # fmt: skip
+    Path(args.report).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def _check_run(args: argparse.Namespace) -> int:
     from pdverify.cli.check import run_check
     from pdverify.devices import cuda_available
     from pdverify.targets import TargetError, load_target

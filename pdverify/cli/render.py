@@ -22,6 +22,8 @@ STATUS_STYLE = {
     "passed": "green",
     "failed": "bold red",
     "known defect": "magenta",
+    "interrupted": "bold yellow",
+    "not run": "yellow",
     "error": "bold red",
     "timeout": "bold red",
     "flaky": "bold magenta",

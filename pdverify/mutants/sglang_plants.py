@@ -81,8 +81,8 @@ def _checksum_from_zero() -> contextlib.AbstractContextManager[Any]:
 PLANTS: dict[str, Plant] = {
     p.id: p
     for p in (
-        Plant("XF1A", "F1", "D1", "decode_prealloc", "decode's main KV list drops its last page (_transfer_page_indices)",
-              _decode_main_list_short),
+        Plant("XF1A", "F1", "D1", "decode_prealloc", "decode's main KV list drops its last page "
+              "(_transfer_page_indices)", _decode_main_list_short),
         Plant("XF1B", "F1", "D1", "decode_prealloc", "decode's SWA window starts a page early (page_align_floor)",
               _decode_swa_window_a_page_early),
         Plant("XF2A", "F2", "S16", "prefill_exchange", "the KV checksum skips the first page (_to_page_indices_gpu)",

@@ -12,8 +12,8 @@ __all__ = ["BUILTIN", "FUNCTIONS", "NotApplicable", "Target", "TargetError", "lo
 
 def load_target(spec: str | Target) -> Target:
     """A built-in target by name, ``mutant:ID`` (a catalogued mutant), ``sglang-plant:ID`` (the installed SGLang
-    with a second defect planted behind a recorded finding, ``pdverify.mutants.sglang_plants``), or ``package.module:attr`` naming a
-    ``Target`` (or a function returning one)."""
+    with a second defect planted behind a recorded finding, ``pdverify.mutants.sglang_plants``), or
+    ``package.module:attr`` naming a ``Target`` (or a function returning one)."""
     if isinstance(spec, Target):
         return spec
     if spec in BUILTIN:
