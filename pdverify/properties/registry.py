@@ -84,6 +84,17 @@ def reset_examples() -> None:
     EXAMPLES.matched, EXAMPLES.reproduced = {}, {}
 
 
+class Timer:
+    """The per-example alarm: ``arm(seconds)`` delivers SIGALRM after ``seconds`` of wall time, ``arm(0)`` cancels.
+    A test replaces ``TIMER`` with one it fires itself, so that no verdict depends on the machine's speed."""
+
+    def arm(self, seconds: float) -> None:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+TIMER = Timer()
+
+
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise ``ExampleTimeout`` in the main thread when the block runs past ``seconds`` (0: no limit)."""
@@ -95,11 +106,11 @@ def time_limit(seconds: float) -> Iterator[None]:
         raise ExampleTimeout(f"an example ran past the {seconds:g} s per-example limit (the target hangs?)")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    TIMER.arm(seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        TIMER.arm(0)
         signal.signal(signal.SIGALRM, previous)
 
 
