@@ -48,9 +48,10 @@ def swa_holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
     return out
 
 
-def holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
-    """The physical page the request holds for each logical page of ``[0, L)`` on decode (None: none)."""
-    ps, l1, d = case.page_size, case.l1_prefix, case.decode_prefix
+def holders(case: DecodeCase, trace: DecodeTrace, d: int) -> list[int | None]:
+    """The physical page the request holds for each logical page of ``[0, L)`` on decode (None: none), for the
+    prefix ``d`` decode announced: ``[0, L1)`` its device prefix, ``[L1, d)`` restores, ``[d, L)`` its allocation."""
+    ps, l1 = case.page_size, case.l1_prefix
     out: list[int | None] = []
     for j in range(-(-case.length // ps)):
         pos = j * ps
@@ -79,10 +80,16 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
     if any(case.stale_row):
         note_event("reused row")
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
-    held = holders(case, trace)
-    ps, d, n = case.page_size, case.decode_prefix, case.length
+    ps, n, d = case.page_size, case.length, trace.decode_prefix_len
     assert trace.dtype == "int32", f"decode's main list is {trace.dtype}, the wire carries int32"
-    assert trace.decode_prefix_len == d, f"decode sent decode_prefix_len={trace.decode_prefix_len}, D={d}"
+    # decode promises prefill the prefix it holds or is restoring: all of its hit D, or (declining the host part
+    # of the hit) as little as its device prefix L1 - never more than it has, never less than its device prefix
+    assert isinstance(d, int) and case.l1_prefix <= d <= case.decode_prefix and d % ps == 0, (
+        f"decode sent decode_prefix_len={d}, outside [L1, D] = [{case.l1_prefix}, {case.decode_prefix}] (ps {ps})"
+    )
+    if d < case.decode_prefix:
+        note_event("decode declined its host hit (D sent < D matched)")
+    held = holders(case, trace, d)
     assert trace.aux_index == case.aux_index, f"aux {trace.aux_index}, expected {case.aux_index}"
     lists: list[tuple[str, int, tuple[int, ...]]] = [("main KV", d, trace.pages)]
     assert len(trace.state) == len(case.state_types), f"{len(trace.state)} state lists for {case.state_types}"

@@ -212,13 +212,24 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         decode_prefix_len=prefix,
         aux_index=aux,
         state=tuple(int_tuple(s) for s in state),
-        allocated=int_tuple(row[case.decode_prefix : case.fill_len]),
+        # what decode allocated starts where the prefix it announced ends (a decode that declines its host hit
+        # announces less than the case's D and allocates from there)
+        allocated=int_tuple(row[_announced(prefix, case) : case.fill_len]),
         swa_allocated=int_tuple(allocator.translate_swa_indices_for_transfer(tail)) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
         req_pool_idx=int(req.kv.req_pool_idx),
         evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
+    )
+
+
+def _announced(prefix: Any, case: DecodeCase) -> int:
+    """The prefix decode sent prefill, where it lies in ``[L1, D]`` (else the case's D: D1 names the bad value)."""
+    return (
+        int(prefix)
+        if isinstance(prefix, int) and case.l1_prefix <= prefix <= case.decode_prefix
+        else case.decode_prefix
     )
 
 
