@@ -129,13 +129,25 @@ def _ratios(cells: list[Cell], reference: str) -> list[str]:
 
 
 def run_bench(
-    *, names: list[str], device: str, quick: bool, repeats: int, json_path: Path | None, echo: Any = print
+    *,
+    names: list[str],
+    device: str,
+    quick: bool,
+    repeats: int,
+    json_path: Path | None,
+    echo: Any = print,
+    strict: bool = False,
 ) -> int:
+    """Measure ``names`` side by side. ``strict`` (targets named on the command line): a target that cannot be
+    loaded is an error (exit 3); otherwise (the default list) it is skipped with the reason."""
     targets = []
     for name in names:
         try:
             targets.append(load_target(name))
         except TargetError as exc:
+            if strict:
+                echo(f"bench: error: --targets: {name}: {exc}")
+                return 3
             echo(f"bench: skipping {name}: {exc}")
     if not targets:
         echo("bench: no target could be loaded: nothing measured")

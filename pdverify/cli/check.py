@@ -260,11 +260,18 @@ def run_check(
             f"interrupted by {interrupt.describe()} after {duration:.1f}s: unfinished and unrun properties are marked "
             "so; this run verified nothing past that point"
         )
+    elif code == pytest.ExitCode.NO_TESTS_COLLECTED and keyword:
+        message = f"-k {keyword!r} selects no property (pdverify list shows each property's -k name)"
     elif code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         message = f"pytest could not run the suite: {log.getvalue().strip().splitlines()[-1:]}"
     elif not ran:
         message = "no property ran on this target (all not applicable, deselected or skipped): nothing was verified"
-    exit_code = interrupt.exit_code() if stopped else exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
+    if stopped:
+        exit_code = interrupt.exit_code()
+    elif code == pytest.ExitCode.NO_TESTS_COLLECTED and keyword:
+        exit_code = exitcodes.USAGE
+    else:
+        exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
 
     echo(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
     echo(render_table(results, colour=use_colour(sys.stdout)))

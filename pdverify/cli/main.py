@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from pdverify.cli import exitcodes
 from pdverify.profiles import PROFILES, default_profile
+
+BENCH_DEFAULT = "legacy,pdverify,fast,sglang"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,6 +46,49 @@ class _OutputError(Exception):
     pass
 
 
+def _number(kind: type[int] | type[float], minimum: float, *, above: bool = False) -> Callable[[str], int | float]:
+    """An argparse type: a number of ``kind`` at least ``minimum`` (more than it, with ``above``)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(f"{text} must be {'>' if above else '>='} {minimum:g}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _early_errors(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line, found before torch or any property module is imported (the target's
+    form, the ``-k`` selection); None when nothing is."""
+    from pdverify.cli.selection import BUILTIN_TARGETS, matches, target_spec_error
+
+    if getattr(args, "target", None) is not None:
+        problem = target_spec_error(args.target)
+        if problem:
+            return f"--target: {problem}"
+    if args.command == "bench":
+        unknown = [n for n in args.targets.split(",") if n and target_spec_error(n)]
+        if unknown or not [n for n in args.targets.split(",") if n]:
+            return (
+                f"--targets: unknown target(s) {', '.join(map(repr, unknown)) or '(none given)'}; use "
+                f"{', '.join(BUILTIN_TARGETS)}, mutant:ID or package.module:attr"
+            )
+    keyword = getattr(args, "keyword", None)
+    if keyword is not None:
+        try:
+            selected = matches(keyword)
+        except ValueError as exc:
+            return str(exc)
+        if selected is not None and not selected:
+            return f"-k {keyword!r} selects no property (pdverify list shows each property's -k name)"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pdverify",
@@ -65,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--device", choices=("all", "cpu", "cuda"), default="all")
     check.add_argument("-k", dest="keyword", default=None, help="only properties matching this pytest -k expression")
     check.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles that are not derandomized)")
-    check.add_argument("--timeout", type=float, default=60.0, help="per-example time limit in seconds (0: none)")
+    check.add_argument(
+        "--timeout", type=_number(float, 0), default=60.0, help="per-example time limit in seconds (0: none)"
+    )
     check.add_argument(
         "--known-findings",
         choices=("apply", "ignore"),
@@ -75,15 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--report", default="pdverify-report.json", help="JSON run report path ('' for none)")
     check.add_argument("--export-regressions", metavar="DIR", default=None, help="write each failure as a pytest file")
     check.add_argument(
-        "-n", "--jobs", type=int, default=0, metavar="N", help="run properties in N pytest-xdist workers (0: serial)"
+        "-n",
+        "--jobs",
+        type=_number(int, 0),
+        default=0,
+        metavar="N",
+        help="run properties in N pytest-xdist workers (0: serial)",
     )
 
     fuzz = sub.add_parser("fuzz", help="a HypoFuzz campaign over the property suite for a fixed time")
     fuzz.add_argument("--target", default="pdverify", help="as for check")
-    fuzz.add_argument("--minutes", type=float, default=10.0, help="campaign length")
-    fuzz.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="fuzzing processes")
+    fuzz.add_argument("--minutes", type=_number(float, 0, above=True), default=10.0, help="campaign length")
+    fuzz.add_argument("--workers", type=_number(int, 1), default=min(2, os.cpu_count() or 1), help="fuzzing processes")
     fuzz.add_argument("-k", dest="keyword", default=None, help="only properties matching this pytest -k expression")
-    fuzz.add_argument("--sample", type=float, default=30.0, help="seconds between progress samples")
+    fuzz.add_argument(
+        "--sample", type=_number(float, 0, above=True), default=30.0, help="seconds between progress samples"
+    )
     fuzz.add_argument("--json", default=None, help="write the campaign's figures as JSON here")
 
     sub.add_parser("list", help="the properties: id, title, the target units they need, the contract they encode")
@@ -91,16 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     mutate = sub.add_parser("mutate", help="run the suite against every catalogued mutant and print the mutation score")
     mutate.add_argument("--profile", choices=sorted(PROFILES), default="mutate")
     mutate.add_argument("--only", default=None, help="only mutants whose id or function contains this text")
-    mutate.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    mutate.add_argument("--jobs", type=_number(int, 1), default=min(2, os.cpu_count() or 1), help="worker processes")
     mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
 
     bench = sub.add_parser(
         "bench", help="legacy, pdverify, fast and sglang side by side: bytes, copies, launches, time"
     )
-    bench.add_argument("--targets", default="legacy,pdverify,fast,sglang", help="comma-separated target names")
+    bench.add_argument("--targets", default=BENCH_DEFAULT, help="comma-separated target names")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     bench.add_argument("--quick", action="store_true", help="a reduced grid (CI)")
-    bench.add_argument("--repeats", type=int, default=5)
+    bench.add_argument("--repeats", type=_number(int, 1), default=5)
     bench.add_argument("--json", default=None, help="write the cells as JSON here")
 
     cover = sub.add_parser("coverage", help="HTML, Cobertura XML and a per-function Markdown summary of coverage data")
@@ -120,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    problem = _early_errors(args)
+    if problem:
+        code = exitcodes.TARGET if problem.startswith("--target:") else exitcodes.USAGE
+        print(f"pdverify {args.command}: error: {problem}", file=sys.stderr)
+        return code
     try:
         if args.command == "check":
             return _check(args)
@@ -181,9 +240,6 @@ def _check_run(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not cuda_available():
         print("pdverify: error: --device cuda but torch.cuda.is_available() is False here", file=sys.stderr)
         return exitcodes.USAGE
-    if args.jobs < 0:
-        print(f"pdverify: error: -n/--jobs must be >= 0, got {args.jobs}", file=sys.stderr)
-        return exitcodes.USAGE
     if args.jobs:
         import importlib.util
 
@@ -241,12 +297,13 @@ def _bench(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not cuda_available():
         print("pdverify: error: --device cuda but torch.cuda.is_available() is False here", file=sys.stderr)
         return exitcodes.USAGE
-    if args.repeats < 1:
-        print("pdverify: error: --repeats must be >= 1", file=sys.stderr)
-        return exitcodes.USAGE
     out = _writable_file(args.json) if args.json else None
     names = [n for n in args.targets.split(",") if n]
-    return run_bench(names=names, device=args.device, quick=args.quick, repeats=args.repeats, json_path=out)
+    # targets named on the command line must load; the default list skips a release that is not installed
+    explicit = args.targets != BENCH_DEFAULT
+    return run_bench(
+        names=names, device=args.device, quick=args.quick, repeats=args.repeats, json_path=out, strict=explicit
+    )
 
 
 def _coverage(args: argparse.Namespace) -> int:
