@@ -16,7 +16,7 @@ from pdverify.model.batch import PrebuiltBatch
 from pdverify.mutants.catalogue import load_all, mutant_target
 from pdverify.properties.registry import EXAMPLES
 from pdverify.runner import load_properties, run_property
-from strategies.layouts import PDPair
+from pdverify.strategies.layouts import PDPair
 
 
 def size(kwargs: dict[str, Any] | None) -> str:

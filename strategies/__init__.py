@@ -1,11 +1,11 @@
 """Hypothesis strategies for pdverify's domain: paged layouts, PD pairs, chunk schedules, requests,
 batches, scheduler-level cases (one request on either side, decode's pre-allocation queue).
 
-Import as ``from strategies import paged_rows, batches``; every strategy validates its arguments and raises
+Import as ``from pdverify.strategies import paged_rows, batches``; every strategy validates its arguments and raises
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
-from strategies.exchange import (
+from pdverify.strategies.exchange import (
     bootstrap_settings,
     decode_cases,
     pd_exchanges,
@@ -13,8 +13,8 @@ from strategies.exchange import (
     rank_splits,
     state_lists,
 )
-from strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
-from strategies.layouts import (
+from pdverify.strategies.fields import REGISTRY, RequestField, register_field, registered, unregister_field
+from pdverify.strategies.layouts import (
     PDPair,
     chunk_schedules,
     index_dtypes,
@@ -23,10 +23,10 @@ from strategies.layouts import (
     pd_pairs,
     token_index_lists,
 )
-from strategies.queue import decode_queues
-from strategies.requests import batches, requests
-from strategies.sender import bootstrap_cases, sender_cases
-from strategies.translation import token_translations
+from pdverify.strategies.queue import decode_queues
+from pdverify.strategies.requests import batches, requests
+from pdverify.strategies.sender import bootstrap_cases, sender_cases
+from pdverify.strategies.translation import token_translations
 
 __all__ = [
     "REGISTRY",

@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 
-from strategies._choices import Choices
+from pdverify.strategies._choices import Choices
 
 SMALL = 32
 """Up to this many values, Python's sampler is the cheaper one."""

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import DEFERRED_ROOMS, DP_BALANCE, RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
-from strategies._choices import Choices
-from strategies._seeded import distinct_sample
-from strategies._validate import check_int
-from strategies.layouts import draw_chunk_ends, page_size_list
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_int
+from pdverify.strategies.layouts import draw_chunk_ends, page_size_list
 
 MODES = ("plain", "dcp", "staging")
 

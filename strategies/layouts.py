@@ -14,9 +14,9 @@ import torch
 from hypothesis import strategies as st
 
 from pdverify.model.layout import PagedRow, pages_needed
-from strategies._choices import Choices
-from strategies._seeded import distinct_sample
-from strategies._validate import check_int, check_range
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_int, check_range
 
 ODD_PAGE_SIZES = (3, 5, 7, 12, 33)
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from pdverify.model.layout import pages_needed
 from pdverify.model.queue import PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
-from strategies._choices import Choices
-from strategies._seeded import distinct_sample
-from strategies._validate import check_int
-from strategies.layouts import page_size_list
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_int
+from pdverify.strategies.layouts import page_size_list
 
 ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
 """The LoRA adapters requests draw from (None: the base model, which counts as an adapter in a batch)."""

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
 from pdverify.model.layout import token_locations
 from pdverify.properties.releases import DOMAIN
-from strategies._choices import Choices
-from strategies._validate import check_int
-from strategies.fields import REGISTRY
-from strategies.layouts import page_size_list
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._validate import check_int
+from pdverify.strategies.fields import REGISTRY
+from pdverify.strategies.layouts import page_size_list
 
 
 def requests(

@@ -7,10 +7,10 @@ from itertools import pairwise
 from hypothesis import strategies as st
 
 from pdverify.model.sender import BootstrapCase, SenderCase
-from strategies._choices import Choices
-from strategies._seeded import distinct_sample
-from strategies._validate import check_int
-from strategies.layouts import page_size_list
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_int
+from pdverify.strategies.layouts import page_size_list
 
 
 def sender_cases(*, max_pages: int = 24, max_sends: int = 6) -> st.SearchStrategy[SenderCase]:

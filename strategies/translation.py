@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from pdverify.model.translation import OUT_MODES, TranslateCase
-from strategies._choices import Choices
-from strategies._seeded import distinct_sample
-from strategies._validate import check_int
-from strategies.layouts import page_size_list
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_int
+from pdverify.strategies.layouts import page_size_list
 
 
 def token_translations(

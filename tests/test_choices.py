@@ -1,4 +1,4 @@
-"""``strategies._choices.Choices``: the engine's primitives and the public path draw the same examples."""
+"""``pdverify.strategies._choices.Choices``: the engine's primitives and the public path draw the same examples."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture.data import ConjectureData
 
-from strategies._choices import Choices
-from strategies.exchange import draw_decode_case, draw_prefill_case
-from strategies.layouts import draw_chunk_ends, draw_paged_row
-from strategies.queue import draw_decode_queue
-from strategies.requests import draw_batch
+from pdverify.strategies._choices import Choices
+from pdverify.strategies.exchange import draw_decode_case, draw_prefill_case
+from pdverify.strategies.layouts import draw_chunk_ends, draw_paged_row
+from pdverify.strategies.queue import draw_decode_queue
+from pdverify.strategies.requests import draw_batch
 
 DRAWERS: dict[str, Callable[[Choices], Any]] = {
     "batch": lambda c: draw_batch(c, min_requests=0, max_requests=6, max_prompt=64, spare_rows=2),

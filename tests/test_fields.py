@@ -13,10 +13,10 @@ from hypothesis.errors import InvalidArgument
 
 from pdverify.oracle.prebuilt import expected_prebuilt
 from pdverify.production.prebuilt import prepare_for_prebuilt
+from pdverify.strategies import RequestField, batches, registered
+from pdverify.strategies.fields import REGISTRY, expected_effects, register_field, unregister_field
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
-from strategies import RequestField, batches, registered
-from strategies.fields import REGISTRY, expected_effects, register_field, unregister_field
 
 
 @contextmanager

@@ -16,8 +16,8 @@ from pdverify.oracle.transfer import decode_pages
 from pdverify.properties import test_transfer
 from pdverify.properties.registry import PROPERTIES, PropertyInfo, prop
 from pdverify.runner import load_properties
+from pdverify.strategies import PDPair, pd_pairs
 from pdverify.targets import Target
-from strategies import PDPair, pd_pairs
 
 SAMPLE = ["KV05", "SC01", "PB02", "DP01", "PN01", "MM01"]
 

@@ -21,10 +21,10 @@ from packaging.version import InvalidVersion
 from pdverify.production import page_index
 from pdverify.properties.releases import ALL_RELEASES, DOMAIN, FROM_35070, Contract, bind_release
 from pdverify.runner import load_properties, run_property
+from pdverify.strategies import batches
 from pdverify.targets import TargetError, load_target
 from pdverify.targets.layouts import FillIds
 from pdverify.targets.sglang_release import host_input, sglang_release_target
-from strategies import batches
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "ci" / "conformance_matrix.py"

@@ -11,7 +11,7 @@ from hypothesis.errors import InvalidArgument
 
 from pdverify.model.batch import PrebuiltBatch, validate_batch
 from pdverify.model.layout import PADDING_PAGE, PagedRow
-from strategies import (
+from pdverify.strategies import (
     PDPair,
     batches,
     bootstrap_cases,

@@ -13,7 +13,7 @@ from hypothesis.errors import InvalidArgument
 from pdverify.model.translation import TranslateCase
 from pdverify.oracle.translation import translated
 from pdverify.production.translate import translate_token_ids
-from strategies import token_translations
+from pdverify.strategies import token_translations
 
 
 def case(**kw: Any) -> TranslateCase:

@@ -25,7 +25,7 @@ from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
 from pdverify.model.layout import PagedRow
 from pdverify.runner import load_properties
 from pdverify.targets import load_target
-from strategies.layouts import PDPair
+from pdverify.strategies.layouts import PDPair
 
 TARGET = {spec!r}
 DEVICE = {device!r}
@@ -49,7 +49,7 @@ def _namespace() -> dict[str, Any]:
     if not _NAMESPACE:
         from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
         from pdverify.model.layout import PagedRow
-        from strategies.layouts import PDPair
+        from pdverify.strategies.layouts import PDPair
 
         _NAMESPACE.update(
             torch=torch, LogprobSettings=LogprobSettings, PrebuiltBatch=PrebuiltBatch, Request=Request,

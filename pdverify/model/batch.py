@@ -33,7 +33,7 @@ class Request:
 
     ``prefix_len`` is decode's cached prefix in the row, ``extend_len`` the tokens written after it
     (``extend_end - prefix_len``); ``origin_input_ids`` is the prompt, ``output_ids`` the tokens generated
-    so far. ``extra`` carries fields added through ``strategies.fields`` (name -> value).
+    so far. ``extra`` carries fields added through ``pdverify.strategies.fields`` (name -> value).
     """
 
     req_pool_idx: int

@@ -15,9 +15,9 @@ from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.production.transfer import PrefillSendState
 from pdverify.properties.registry import FROM_31173, FROM_35070, examples, note_event, prop
+from pdverify.strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
 from pdverify.targets import Target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
-from strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
 
 PER_REQUEST_H2D = 8
 """Metadata elements a request may send host-to-device in ``prepare_for_prebuilt`` (pool index, sequence

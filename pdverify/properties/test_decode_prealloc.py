@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots, state_list_start
 from pdverify.properties.registry import examples, note_event, prop
+from pdverify.strategies import decode_cases
 from pdverify.targets import Target
-from strategies import decode_cases
 
 NEEDS = ("decode_prealloc",)
 

@@ -16,8 +16,8 @@ from hypothesis import example
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
 from pdverify.oracle.decode_queue import expected_pass
 from pdverify.properties.registry import examples, note_event, prop
+from pdverify.strategies.queue import decode_queues
 from pdverify.targets import Target
-from strategies.queue import decode_queues
 
 NEEDS = ("decode_queue",)
 

@@ -13,8 +13,8 @@ from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import page_index as oracle
 from pdverify.properties.compare import NUMPY_OF, assert_host_indices, assert_int
 from pdverify.properties.registry import FROM_31173, note_event, prop
+from pdverify.strategies import index_dtypes, page_sizes, paged_rows, token_index_lists
 from pdverify.targets import Target
-from strategies import index_dtypes, page_sizes, paged_rows, token_index_lists
 
 
 def _label(ps: int, n: int) -> None:

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, state_list_start
 from pdverify.properties.registry import note_event, prop
+from pdverify.strategies import pd_exchanges
 from pdverify.targets import Target
-from strategies import pd_exchanges
 
 NEEDS = ("prefill_exchange", "decode_prealloc")
 

@@ -22,10 +22,10 @@ from pdverify.properties.releases import (
     FROM_RETRACTED_STAIN,
     FROM_SEQ_LENS_CPU,
 )
+from pdverify.strategies import batches
+from pdverify.strategies.fields import expected_effects
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
-from strategies import batches
-from strategies.fields import expected_effects
 
 NEEDS = ("prepare_for_prebuilt",)
 

@@ -21,8 +21,8 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMes
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import note_event, prop
+from pdverify.strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 from pdverify.targets import Target
-from strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 
 NEEDS = ("prefill_exchange",)
 SPEC_PAGES = (5, 6, 2, 9, 3, 8)

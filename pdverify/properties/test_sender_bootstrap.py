@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.properties.registry import note_event, prop
+from pdverify.strategies import bootstrap_settings, prefill_cases
 from pdverify.targets import Target
-from strategies import bootstrap_settings, prefill_cases
 
 NEEDS = ("prefill_exchange",)
 

@@ -13,8 +13,8 @@ from hypothesis import example
 
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.properties.registry import note_event, prop
+from pdverify.strategies.sender import bootstrap_cases, sender_cases
 from pdverify.targets import Target
-from strategies.sender import bootstrap_cases, sender_cases
 
 
 @example(case=SenderCase(6, 7, ((5, 2), (9,), (3, 8, 6)), ((11, 12), ())))

@@ -14,8 +14,8 @@ from pdverify.oracle import transfer as oracle
 from pdverify.production.transfer import KvChunk, PrefillSendState, from_wire, to_wire
 from pdverify.properties.compare import assert_host_indices
 from pdverify.properties.registry import examples, note_event, prop
+from pdverify.strategies import PDPair, pd_pairs
 from pdverify.targets import Target
-from strategies import PDPair, pd_pairs
 
 NEEDS = ("send_kv_chunk", "decode_page_indices", "kv_to_page_num")
 

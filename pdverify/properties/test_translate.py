@@ -18,8 +18,8 @@ from hypothesis import example
 from pdverify.model.translation import TranslateCase
 from pdverify.oracle.translation import translated
 from pdverify.properties.registry import note_event, prop
+from pdverify.strategies.translation import token_translations
 from pdverify.targets import Target
-from strategies.translation import token_translations
 
 NEEDS = ("translate_token_ids",)
 SENTINEL = 7777
