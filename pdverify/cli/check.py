@@ -297,8 +297,11 @@ def run_check(
     if export_dir is not None:
         from pdverify.cli.export import export_regressions
 
-        for path in export_regressions(export_dir, spec, bad):
+        written, skipped = export_regressions(export_dir, spec, bad)
+        for path in written:
             echo(f"exported regression: {path}")
+        for why in skipped:
+            echo(f"regression {why}")
     if report_path is not None:
         meta = {
             "target": {

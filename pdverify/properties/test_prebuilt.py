@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import assume
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
 from pdverify.properties.compare import assert_tensor
-from pdverify.properties.registry import FROM_35070, examples, note_event, prop
+from pdverify.properties.registry import FROM_35070, examples, note_event, prop, within_domain
 from pdverify.properties.releases import (
     DOMAIN,
     FROM_CLAMPED_CACHED,
@@ -55,8 +54,8 @@ def _run(
     target: Target, batch: PrebuiltBatch, device: str, strict: bool = False
 ) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
     # The pinned examples hold decode prefixes and rebootstraps; a release before those features never sees them.
-    assume(DOMAIN.decode_prefix or not any(r.prefix_len for r in batch.reqs))
-    assume(DOMAIN.rebootstrap or all(r.extend_end <= r.seq_len for r in batch.reqs))
+    within_domain(DOMAIN.decode_prefix or not any(r.prefix_len for r in batch.reqs), "a decode prefix")
+    within_domain(DOMAIN.rebootstrap or all(r.extend_end <= r.seq_len for r in batch.reqs), "a rebootstrap")
     expected = expected_prebuilt(batch, expected_effects())
     if not batch.reqs:
         note_event("empty batch")
