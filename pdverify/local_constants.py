@@ -4,8 +4,10 @@ Hypothesis mixes literal constants mined from "local" modules - any imported fil
 standard library - into the integers and strings it draws. A release put on ``PYTHONPATH`` (the release matrix's
 ``.sglang-releases/<VERSION>/``) is local, the same release in a venv's site-packages is not: the same
 derandomized check would draw different inputs in the two layouts. ``pin_local_constants`` makes only pdverify's
-own modules local (its properties' test files excluded, as Hypothesis excludes test files), whatever the target's
-layout and whether pdverify itself is installed editable or not.
+strategies and model local - the code that shapes what is drawn, imported by every property module in every
+process - whatever the target's layout and whether pdverify itself is installed editable or not. (Any module that
+is imported in one process and not another - the command line in a serial run, not in a pytest-xdist worker -
+would make the two draw different inputs.)
 
 ``PDVERIFY_HYPOTHESIS_LOCAL_CONSTANTS=1`` leaves Hypothesis's own rule in place (to compare the two).
 """
@@ -16,13 +18,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-_ROOTS = tuple(str(Path(__file__).resolve().parent.parent / name) + os.sep for name in ("pdverify", "strategies"))
+_HERE = Path(__file__).resolve().parent
+_ROOTS = tuple(str(root) + os.sep for root in ((_HERE / "strategies").resolve(), _HERE / "model"))
 
 
 def suite_module_file(path: str) -> bool:
-    """Whether ``path`` is one of pdverify's own modules whose constants may seed generation."""
-    resolved = str(Path(path).resolve())
-    return resolved.startswith(_ROOTS) and not Path(resolved).stem.startswith("test_")
+    """Whether ``path`` is one of the modules whose constants may seed generation: pdverify's strategies and
+    model."""
+    return str(Path(path).resolve()).startswith(_ROOTS)
 
 
 def pin_local_constants() -> bool:

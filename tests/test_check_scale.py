@@ -52,8 +52,10 @@ def test_parallel_check_of_a_passing_target(tmp_path: Path) -> None:
 
 
 def test_negative_jobs_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "-n", "-1"]) == exitcodes.USAGE
-    assert "-n/--jobs must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", "-n", "-1"])
+    assert exit_info.value.code == exitcodes.USAGE
+    assert "-n/--jobs: -1 must be >= 0" in capsys.readouterr().err
 
 
 def _result(pid: str, title: str, device: str, status: str, message: str = "") -> PropertyResult:
@@ -116,7 +118,10 @@ def test_progress_is_silent_off_a_terminal() -> None:
             progress.start("test_p19")
             progress.example(5)
             progress.finish()
-        assert progress.line() == "pdverify check: 1/3 done  running test_p19: 5 examples"
+        line = progress.line()
+        assert line.startswith("pdverify check: 1/3 done  running test_p19: 5 examples  ETA 0:"), line
+        progress._started -= 60  # one property took a minute: two more to go
+        assert progress.eta() == "  ETA 2:00"
 
 
 def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
@@ -181,3 +186,29 @@ def test_progress_draws_on_a_terminal_stream() -> None:
             progress.example(n)
         progress.finish()
     assert "running test_p19" in stream.getvalue()
+
+
+def test_long_lists_fold_numpy_style_in_the_terminal() -> None:
+    from pdverify.cli.render import compact
+
+    text = "Falsifying example: test_b3(\n    batch=Batch(\n        ids=[\n" + "".join(
+        f"            {i},\n" for i in range(300)
+    ) + "        ],\n    ),\n)"
+    folded = compact(text)
+    assert "            0, 1, 2, ..., 297, 298, 299,  # 300 items" in folded
+    assert len(folded.splitlines()) == 7 and compact("x=[\n    1,\n    2,\n]") == "x=[\n    1,\n    2,\n]"
+
+
+def test_rows_come_in_natural_id_order_and_fit_the_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdverify.cli.check import _id_order
+    from pdverify.cli.render import id_order, terminal_width
+
+    ids = ["P10", "P2", "B1", "P18p", "P18", "S9", "upstream", "D1"]
+    rows = [_result(i, "a long title " * 8, "cpu", "passed") for i in ids]
+    assert [r.id for r in sorted(rows, key=_id_order)] == ["B1", "D1", "P2", "P10", "P18", "P18p", "S9", "upstream"]
+    assert id_order("P18") < id_order("P18p") < id_order("P19")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert terminal_width() == 80
+    text = render_table(rows, colour=False)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "a long title a long" in text  # wrapped, not cut

@@ -66,5 +66,8 @@ def test_only_pdverifys_own_modules_are_local(tmp_path: Path) -> None:
 
     assert getattr(providers, "is_local_module_file") is suite_module_file  # noqa: B009
     assert suite_module_file(str(ROOT / "pdverify" / "model" / "exchange.py"))
+    assert suite_module_file(str(ROOT / "strategies" / "layouts.py"))
+    assert suite_module_file(str(ROOT / "pdverify" / "strategies" / "layouts.py"))
     assert not suite_module_file(str(ROOT / "pdverify" / "properties" / "test_prebuilt.py"))
+    assert not suite_module_file(str(ROOT / "pdverify" / "cli" / "check.py"))  # imported by a serial run only
     assert not suite_module_file(str(tmp_path / "sglang" / "srt" / "disaggregation" / "decode.py"))

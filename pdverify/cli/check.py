@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from pdverify.cli import exitcodes, interrupt
-from pdverify.cli.render import Progress, render_table, use_colour
+from pdverify.cli.render import Progress, compact, id_order, render_table, terminal_width, use_colour
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
 from pdverify.plugin import NOT_APPLICABLE
 from pdverify.profiles import PROFILES, restoring_default_profile
@@ -244,7 +244,7 @@ def run_check(
     # profile would not change which profile runs (pdverify.plugin.bind_profile), but under xdist the
     # controller never imports them
     load_properties()
-    results = sorted((_identify(r) for r in collector.results.values()), key=_declaration_order)
+    results = sorted((_identify(r) for r in collector.results.values()), key=_id_order)
     base = ["pdverify", "check", "--target", spec, "--profile", profile]
     if not derandomized:
         base += ["--seed", str(chosen_seed)]
@@ -273,19 +273,27 @@ def run_check(
     else:
         exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK
 
-    echo(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
+    width = terminal_width()
+
+    def wrapped(text: str, indent: str = "  ") -> str:
+        """Prose wrapped to the terminal (a reproduce command stays on one line, to copy)."""
+        return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False)) or text
+
+    echo(
+        wrapped(f"pdverify check: target {target.name!r} ({target.description}), profile {profile}, seed {chosen_seed}")
+    )
     echo(render_table(results, colour=use_colour(sys.stdout)))
     unrun = [r for r in bad if r.status == "not run"]
     for r in bad:
         if r.status == "not run":
             continue
-        echo(f"\n[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}")
+        echo("\n" + wrapped(f"[{r.status}] {r.id} {r.test}[{r.device}]: {r.message}"))
         if r.counterexample and not r.failures:
-            echo("  " + r.counterexample.replace("\n", "\n  "))
+            echo("  " + compact(r.counterexample).replace("\n", "\n  "))
         for k, failure in enumerate(r.failures, 1):
-            echo(f"  failure {k} of {len(r.failures)} [{failure['status']}]: {failure['message']}")
+            echo(wrapped(f"  failure {k} of {len(r.failures)} [{failure['status']}]: {failure['message']}", "    "))
             if failure["counterexample"]:
-                echo("    " + failure["counterexample"].replace("\n", "\n    "))
+                echo("    " + compact(failure["counterexample"]).replace("\n", "\n    "))
         echo(f"  reproduce: {r.reproduce}")
     if unrun:
         echo(f"\n[not run] {len(unrun)} properties: " + ", ".join(f"{r.id}[{r.device}]" for r in unrun))
@@ -336,7 +344,7 @@ def _identify(r: PropertyResult) -> PropertyResult:
     return r
 
 
-def _declaration_order(r: PropertyResult) -> tuple[int, str, str]:
-    """Properties in declaration order, then devices: the same table for a serial and a parallel run."""
-    names = [p.name for p in PROPERTIES.values()]
-    return (names.index(r.test) if r.test in names else len(names), r.test, r.device)
+def _id_order(r: PropertyResult) -> tuple[bool, tuple[str, int, str], str, str]:
+    """Properties by id (natural order: P2 before P10), then devices, tests that are not properties last: the same
+    table for a serial and a parallel run."""
+    return (r.id == "upstream", id_order(r.id), r.test, r.device)

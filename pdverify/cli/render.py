@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import shutil
 import sys
 import textwrap
 import time
@@ -66,12 +68,54 @@ def fold_absent_devices(results: Sequence[PropertyResult]) -> tuple[list[Propert
     return [r for r in results if r.device not in folded], lines
 
 
-def render_table(results: Sequence[PropertyResult], *, colour: bool, width: int = 120) -> str:
-    """The results table as text (with ANSI styles when ``colour``)."""
+def terminal_width() -> int:
+    """The width to lay tables out in: the terminal's (``COLUMNS`` first, as ``shutil`` reads it), 120 when the
+    output is not a terminal."""
+    return max(40, shutil.get_terminal_size(fallback=(120, 24)).columns)
+
+
+def id_order(property_id: str) -> tuple[str, int, str]:
+    """Natural order of property ids: B1 < B2 < D1 < P2 < P10 < P18 < P18p < S9."""
+    match = re.fullmatch(r"([A-Za-z]*)(\d*)(.*)", property_id)
+    assert match is not None
+    letters, number, rest = match.groups()
+    return (letters, int(number) if number else -1, rest)
+
+
+def compact(text: str, edge: int = 3) -> str:
+    """A counterexample as a terminal shows it: every run of more than ``2 * edge`` one-number lines (a long list
+    Hypothesis printed one element per line) folded, numpy style, into its first and last ``edge`` elements and a
+    count. The run report keeps the full text."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) > 2 * edge:
+            indent = run[0][: len(run[0]) - len(run[0].lstrip())]
+            values = [line.strip().rstrip(",") for line in run]
+            out.append(f"{indent}{', '.join(values[:edge])}, ..., {', '.join(values[-edge:])},  # {len(run)} items")
+        else:
+            out.extend(run)
+        run.clear()
+
+    for line in text.splitlines():
+        if re.fullmatch(r"\s*-?\d+,?", line):
+            run.append(line)
+            continue
+        flush()
+        out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def render_table(results: Sequence[PropertyResult], *, colour: bool, width: int | None = None) -> str:
+    """The results table as text (with ANSI styles when ``colour``), ``width`` columns wide (default: the
+    terminal's); titles wrap at word boundaries, never cut."""
+    width = width or terminal_width()
     rows, folded = fold_absent_devices(results)
     rich = _rich()
     if rich is None:  # pragma: no cover - see _rich
-        return _plain_table(rows, folded)
+        return _plain_table(rows, folded, width)
     table = rich.table.Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column("property", no_wrap=True)
     table.add_column("title", max_width=TITLE_WIDTH, overflow="fold")
@@ -104,11 +148,12 @@ def _strip(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
 
 
-def _plain_table(rows: Sequence[PropertyResult], folded: Sequence[str]) -> str:
+def _plain_table(rows: Sequence[PropertyResult], folded: Sequence[str], width: int = 120) -> str:
     header = ("property", "title", "device", "examples", "result", "time")
     cells = [(r.id, r.title, r.device, str(r.examples), r.status, f"{r.seconds:.2f}s") for r in rows]
     widths = [max([len(header[i])] + [len(c[i]) for c in cells]) for i in range(6)]
-    widths[1] = min(widths[1], TITLE_WIDTH)
+    others = sum(widths) - widths[1] + 2 * 5
+    widths[1] = max(16, min(widths[1], TITLE_WIDTH, width - others))
     lines = []
     for row in [header, *cells]:
         wrapped = textwrap.wrap(row[1], widths[1], break_long_words=False) or [""]
@@ -129,6 +174,7 @@ class Progress:
     def __init__(self, stream: IO[str] | None = None, total: int = 0) -> None:
         self.stream = stream if stream is not None else sys.__stderr__
         self.total, self.done, self.current, self.examples = total, 0, "", 0
+        self._started = time.monotonic()
         self._live: Any = None
         self._last = 0.0
         rich = _rich()
@@ -168,7 +214,15 @@ class Progress:
     def line(self) -> str:
         total = f"/{self.total}" if self.total else ""
         running = f"  running {self.current}: {self.examples} examples" if self.current else ""
-        return f"pdverify check: {self.done}{total} done{running}"
+        return f"pdverify check: {self.done}{total} done{running}{self.eta()}"
+
+    def eta(self) -> str:
+        """Time left at the pace so far (properties done per second), once one property finished."""
+        if not self.total or not self.done or self.done >= self.total:
+            return ""
+        elapsed = time.monotonic() - self._started
+        left = elapsed / self.done * (self.total - self.done)
+        return f"  ETA {int(left) // 60}:{int(left) % 60:02d}"
 
     def _draw(self, force: bool = False) -> None:
         if self._live is None:
