@@ -191,9 +191,11 @@ def test_progress_draws_on_a_terminal_stream() -> None:
 def test_long_lists_fold_numpy_style_in_the_terminal() -> None:
     from pdverify.cli.render import compact
 
-    text = "Falsifying example: test_b3(\n    batch=Batch(\n        ids=[\n" + "".join(
-        f"            {i},\n" for i in range(300)
-    ) + "        ],\n    ),\n)"
+    text = (
+        "Falsifying example: test_b3(\n    batch=Batch(\n        ids=[\n"
+        + "".join(f"            {i},\n" for i in range(300))
+        + "        ],\n    ),\n)"
+    )
     folded = compact(text)
     assert "            0, 1, 2, ..., 297, 298, 299,  # 300 items" in folded
     assert len(folded.splitlines()) == 7 and compact("x=[\n    1,\n    2,\n]") == "x=[\n    1,\n    2,\n]"
