@@ -47,6 +47,14 @@ def configure(config: pytest.Config) -> None:
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
     bind_release(config.stash[TARGET_KEY].release)
+    from hypothesis.errors import InvalidArgument
+
+    from pdverify.strategies.fields import load_field_modules
+
+    try:
+        load_field_modules([m for m in config.getoption("pdverify_fields").split(",") if m])
+    except InvalidArgument as exc:
+        raise pytest.UsageError(str(exc)) from None
     _fresh_fixture_requests_under_hypofuzz()
 
 
@@ -158,6 +166,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     key_by_node(item)
     reset_examples()
     open_recording()
+    from pdverify.strategies.fields import DRAWN, REGISTRY
+
+    drawn_before = dict(DRAWN)
     try:
         yield
     finally:
@@ -171,6 +182,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
         item.user_properties.append(("pdverify_inputs", EXAMPLES.inputs.hexdigest()))
         item.user_properties.append(("pdverify_findings", _finding_counts(item)))
+        # registered request fields and how often this property drew each (summed over the run by pdverify check)
+        drawn = {name: DRAWN.get(name, 0) - drawn_before.get(name, 0) for name in REGISTRY}
+        item.user_properties.append(("pdverify_fields", drawn))
         item.user_properties.append(("pdverify_first_failure", EXAMPLES.first_failure))
         # as source text: user properties travel from a pytest-xdist worker to the controller
         item.user_properties.append(("pdverify_args", counterexample_literals(EXAMPLES.last_kwargs)))

@@ -32,6 +32,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seed every property's random generation (the example database stays in use, unlike --hypothesis-seed)",
     )
     group.addoption(
+        "--pdverify-fields",
+        default="",
+        help="comma-separated modules that register request fields (pdverify.strategies.fields), imported in every "
+        "process; modules published as pdverify.fields entry points are imported too",
+    )
+    group.addoption(
         "--pdverify-known-findings",
         default="apply",
         choices=("apply", "ignore"),

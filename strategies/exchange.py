@@ -12,6 +12,7 @@ from pdverify.model.layout import pages_needed, token_locations
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
+from pdverify.strategies.fields import REGISTRY, draw_fields
 from pdverify.strategies.layouts import draw_chunk_ends, page_size_list
 
 MODES = ("plain", "dcp", "staging")
@@ -88,6 +89,8 @@ def draw_prefill_sends(
         case = replace(case, kv_checksum=True, health_check=c.boolean())
     if shared is None and early is not None and early + 1 < n and c.boolean():  # a host hit behind the device prefix
         case = replace(case, host_hit_length=c.integer(1, n - 1 - early))
+    if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
+        case = replace(case, extra=draw_fields(c))
     return case
 
 
@@ -179,6 +182,8 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
     if swa_pool and c.boolean():  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
         case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"))
+    if REGISTRY:  # registered request fields, drawn last
+        case = replace(case, extra=draw_fields(c))
     return case
 
 

@@ -12,6 +12,7 @@ from pdverify.model.queue import PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
+from pdverify.strategies.fields import draw_fields
 from pdverify.strategies.layouts import page_size_list
 
 ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
@@ -74,6 +75,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 prefix_pages=tuple(shared[: c.integer(0, length // ps)]) if radix else (),
                 rebootstrap=c.integer(0, 3) == 3,
                 host_capable=c.boolean(),
+                extra=draw_fields(c),
             )
         )
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2)))

@@ -16,7 +16,7 @@ from pdverify.model.layout import token_locations
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._validate import check_int
-from pdverify.strategies.fields import REGISTRY
+from pdverify.strategies.fields import draw_fields
 from pdverify.strategies.layouts import page_size_list
 
 
@@ -76,7 +76,7 @@ def draw_request(
         extend_len=extend_end - prefix,
         origin_input_ids=tokens[:n_prompt],
         output_ids=tokens[n_prompt:],
-        extra={name: c.draw(spec.strategy) for name, spec in REGISTRY.items()},
+        extra=draw_fields(c),
         **request_details(
             detail, rng, n_prompt=n_prompt, prefix=prefix, extend_end=extend_end, rebootstrap=rebootstrap
         ),

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +22,8 @@ from pdverify.strategies import RequestField, batches, registered
 from pdverify.strategies.fields import REGISTRY, expected_effects, register_field, unregister_field
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
@@ -96,3 +103,56 @@ def one_batch() -> Any:
     from hypothesis import find
 
     return find(batches(min_requests=1, max_requests=1), lambda b: True, settings=settings(database=None))
+
+
+USER_FIELDS = '''"""A user's own request field, registered where the guide says: a module named with --fields."""
+
+from hypothesis import strategies as st
+
+from pdverify.strategies import RequestField, register_field
+
+register_field(RequestField("my_priority", st.integers(0, 3), default=0, description="scheduler priority"))
+'''
+
+
+def _check_with_fields(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    (tmp_path / "my_pd_fields.py").write_text(USER_FIELDS)
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--fields", "my_pd_fields", "--profile", "ci",
+           "--device", "cpu", "--report", str(report), *args]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=600)
+    return done, json.loads(report.read_text()) if report.exists() else {}
+
+
+@pytest.mark.parametrize("jobs", ["0", "2"])
+def test_a_field_registered_in_a_users_module_is_drawn_everywhere(tmp_path: Path, jobs: str) -> None:
+    done, report = _check_with_fields(tmp_path, "-n", jobs, "-k", "p30 or p9_ or d1 or q1 or s9")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert report["fields"]["my_priority"] > 100, report["fields"]
+    assert {p["id"] for p in report["properties"]} == {"P30", "P9", "D1", "Q1", "S9"}
+
+
+def test_a_registered_field_never_drawn_fails_the_run(tmp_path: Path) -> None:
+    done, report = _check_with_fields(tmp_path, "-k", "p1_")
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert report["fields"] == {"my_priority": 0}
+    assert "registered request field(s) my_priority never drawn" in done.stdout
+
+
+def test_a_missing_fields_module_is_a_usage_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--fields", "no_such_fields_module"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.returncode == 2 and "--fields: no module 'no_such_fields_module'" in done.stderr
+
+
+def test_the_default_is_what_a_request_built_without_the_field_holds() -> None:
+    from pdverify.properties.test_prebuilt import seed_batch
+    from pdverify.strategies.fields import with_defaults
+
+    with priority_field():
+        batch = with_defaults(seed_batch())
+        assert [r.extra for r in batch.reqs] == [{"priority": 0}]
+        out = run_prepare_for_prebuilt(load_target("pdverify"), batch, "cpu")
+        assert out.batch_object.reqs[0].priority == 0
+    assert with_defaults(seed_batch()).reqs[0].extra == {}

@@ -49,6 +49,8 @@ class Collector:
         """The node ids selected to run, in order (known once collection finished)."""
         self.finished: set[str] = set()
         """The node ids whose run protocol completed (setup, call, teardown)."""
+        self.fields: dict[str, int] = {}
+        """Registered request fields and how many times the run drew each."""
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:  # a pytest-xdist controller collects nothing itself: XdistCollection tells it
@@ -84,6 +86,8 @@ class Collector:
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
         res.inputs = str(props.get("pdverify_inputs") or res.inputs)
         res.findings = dict(props.get("pdverify_findings") or res.findings)
+        for name, count in (props.get("pdverify_fields") or {}).items():
+            self.fields[name] = self.fields.get(name, 0) + int(count)
         if props.get("pdverify_first_failure") is not None:
             res.first_failure = int(props["pdverify_first_failure"])
         res.calls = sorted(set(res.calls) | set(props.get("pdverify_calls") or ()))
@@ -173,6 +177,7 @@ def run_check(
     timeout: float,
     report_path: Path | None,
     known_findings: str = "apply",
+    fields: str = "",
     export_dir: Path | None,
     jobs: int = 0,
     echo: Any = print,
@@ -201,6 +206,8 @@ def run_check(
         profile,
         "--pdverify-known-findings",
         known_findings,
+        "--pdverify-fields",
+        fields,
     ]
     if not derandomized:
         args += ["--pdverify-seed", str(chosen_seed)]
@@ -255,6 +262,7 @@ def run_check(
     ran = [r for r in results if r.status not in ("not applicable", "skipped")]
     bad = [r for r in ran if r.status != "passed"]
     message = ""
+    never_drawn = sorted(name for name, n in collector.fields.items() if not n)
     if stopped:
         message = (
             f"interrupted by {interrupt.describe()} after {duration:.1f}s: unfinished and unrun properties are marked "
@@ -264,6 +272,11 @@ def run_check(
         message = f"-k {keyword!r} selects no property (pdverify list shows each property's -k name)"
     elif code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         message = f"pytest could not run the suite: {log.getvalue().strip().splitlines()[-1:]}"
+    elif ran and never_drawn:
+        message = (
+            f"registered request field(s) {', '.join(never_drawn)} never drawn by the properties that ran: no property "
+            "checked them (run the request-building properties, e.g. without -k)"
+        )
     elif not ran:
         message = "no property ran on this target (all not applicable, deselected or skipped): nothing was verified"
     if stopped:
@@ -325,6 +338,7 @@ def run_check(
             "seed": chosen_seed,
             "keyword": keyword,
             "known_findings": known_findings,
+            "fields": dict(sorted(collector.fields.items())),
             "started": started.isoformat(),
             "duration_s": round(duration, 3),
             "exit_code": exit_code,

@@ -78,6 +78,15 @@ def _early_errors(args: argparse.Namespace) -> str | None:
                 f"--targets: unknown target(s) {', '.join(map(repr, unknown)) or '(none given)'}; use "
                 f"{', '.join(BUILTIN_TARGETS)}, mutant:ID or package.module:attr"
             )
+    for module in [m for m in (getattr(args, "fields", "") or "").split(",") if m]:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"--fields: no module {module!r} on the path (a module that registers request fields)"
     keyword = getattr(args, "keyword", None)
     if keyword is not None:
         try:
@@ -112,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles that are not derandomized)")
     check.add_argument(
         "--timeout", type=_number(float, 0), default=60.0, help="per-example time limit in seconds (0: none)"
+    )
+    check.add_argument(
+        "--fields",
+        default="",
+        metavar="MODULES",
+        help="comma-separated modules that register request fields (imported in every worker); see docs/guide.md",
     )
     check.add_argument(
         "--known-findings",
@@ -262,6 +277,7 @@ def _check_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         timeout=args.timeout,
         known_findings=args.known_findings,
+        fields=args.fields,
         report_path=report,
         export_dir=export,
         jobs=args.jobs,

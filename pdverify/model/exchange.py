@@ -12,6 +12,7 @@ initialised with, and ``start_send_idx`` after every call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pdverify.validation import require_int, require_page_size
 
@@ -135,6 +136,8 @@ class PrefillCase:
     rank_split: tuple[str, int, int] | None = None
     """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
     (``RANK_SPLITS``); None: one rank sends everything."""
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -316,6 +319,8 @@ class DecodeCase:
     """A hybrid SWA pool (full and sliding-window buffers) with SWA tail pre-allocation: decode takes full pages
     for ``[D, fill_len)`` and SWA pages (handed out in this order) only for the window's tail, and its SWA state
     lists address the SWA buffer. None: one full pool. Needs ``page_size > 1`` (SGLang's condition)."""
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)

@@ -17,7 +17,7 @@ HiCache host hits are the one-request ``DecodeCase``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pdverify.model.layout import pages_needed
@@ -57,6 +57,8 @@ class QueuedRequest:
     """Re-sent after a prefill failure (``is_rebootstrap``, ``pd_rebootstrap_in_progress``)."""
     host_capable: bool = False
     """Its KV receiver can land KV in decode's host memory (``supports_host_destination``)."""
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
     def __post_init__(self) -> None:
         require_int("length", self.length, minimum=1)

@@ -22,7 +22,7 @@ from pdverify.properties.releases import (
     FROM_SEQ_LENS_CPU,
 )
 from pdverify.strategies import batches
-from pdverify.strategies.fields import expected_effects
+from pdverify.strategies.fields import expected_effects, with_defaults
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import PromptReadError, run_prepare_for_prebuilt
 
@@ -54,6 +54,7 @@ def _run(
     target: Target, batch: PrebuiltBatch, device: str, strict: bool = False
 ) -> tuple[PrebuiltOutcome, ExpectedPrebuilt]:
     # The pinned examples hold decode prefixes and rebootstraps; a release before those features never sees them.
+    batch = with_defaults(batch)  # a request built without a registered field holds its default
     within_domain(DOMAIN.decode_prefix or not any(r.prefix_len for r in batch.reqs), "a decode prefix")
     within_domain(DOMAIN.rebootstrap or all(r.extend_end <= r.seq_len for r in batch.reqs), "a rebootstrap")
     expected = expected_prebuilt(batch, expected_effects())

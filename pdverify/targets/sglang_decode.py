@@ -193,6 +193,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.token_to_kv_pool = kvcache
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[StateType[k] for k in case.state_types]))
     req = _request("r0", case.length, case.output_len)
+    for name, value in case.extra.items():  # registered request fields
+        setattr(req, name, value)
     req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=Receiver(), waiting_for_input=True)]
     with (
@@ -425,6 +427,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     reqs = []
     for i, r in enumerate(case.requests):
         req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
+        for name, value in r.extra.items():  # registered request fields
+            setattr(req, name, value)
         req.priority = r.priority
         if r.aborted:
             req.finished_reason = FINISH_ABORT("aborted while queued")

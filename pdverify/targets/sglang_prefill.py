@@ -328,6 +328,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None),
         prefix_len=(case.early_prefix or 0) + case.host_hit_length,
         host_hit_length=case.host_hit_length,
+        **case.extra,  # registered request fields
         early_send_prefix_end=None,
         start_send_idx=0,
         disagg_decode_prefix_len=0,
