@@ -14,7 +14,7 @@ page list it is given. Wrap the released functions with them, for instance::
     # prefill side, at bootstrap:
     contracts.check_page_counts(num_pages_to_send, len(decode_page_indices), request=req.rid)
 
-These catch the three silent hazards of the released code (sglang-pd.md section 6): a misaligned decode
+These catch the three silent hazards of the released code (docs/concepts.md, "Silent hazards"): a misaligned decode
 prefix (pages dropped, decode's cached prefix overwritten), a sequence past the written slots (page 0, the
 padding page, in the list) and an int64 page list read as int32 on the wire.
 """

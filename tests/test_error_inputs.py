@@ -1,4 +1,4 @@
-"""Out-of-contract inputs (sglang-pd.md section 6): the production ports behave as the released code does —
+"""Out-of-contract inputs (docs/concepts.md, "Silent hazards"): the production ports behave as the released code does —
 loudly where it is loud, silently where it is silent (pinned here so a change is noticed) — while the oracles
 and pdverify's entry points reject the same input with a ``ValueError`` naming the argument and the contract."""
 

@@ -1,4 +1,4 @@
-"""The silent hazards of the released code (sglang-pd.md section 6), as explicit out-of-contract scenarios.
+"""The silent hazards of the released code (docs/concepts.md, "Silent hazards"), as explicit out-of-contract scenarios.
 
 Each test first shows the corruption the released functions produce today (so that a future upstream fix
 flips the test), then that pdverify's oracles and ``pdverify.contracts`` reject the same input clearly.

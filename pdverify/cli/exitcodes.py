@@ -1,4 +1,4 @@
-"""Exit codes of the ``pdverify`` command (also in ``pdverify --help`` and the README)."""
+"""Exit codes of the ``pdverify`` command (also in ``pdverify --help`` and docs/guide.md)."""
 
 OK = 0
 """Every applicable property held (check) / every mutant was killed (mutate)."""

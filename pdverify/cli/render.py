@@ -233,15 +233,22 @@ class Progress:
             self._live.update(self.line())
 
 
-def render_list(properties: Sequence[Any], *, colour: bool, width: int = 140) -> str:
-    """``pdverify list``: id, title, the target units needed, the contract encoded (``PropertyInfo``s)."""
-    rows = [(p.id, p.title, ", ".join(p.needs), str(p.contract)) for p in properties]
+def render_list(properties: Sequence[Any], *, colour: bool, width: int | None = None) -> str:
+    """``pdverify list``: id, title, where it lives (module, and the test name ``-k`` selects), the target units
+    needed, the contract encoded (``PropertyInfo``s), in natural id order."""
+    width = width or max(terminal_width(), 100)
+    ordered = sorted(properties, key=lambda p: id_order(p.id))
+    rows = [
+        (p.id, p.title, f"{p.module.rsplit('.', 1)[-1]}.py\n-k {p.name}", ", ".join(p.needs), str(p.contract))
+        for p in ordered
+    ]
     rich = _rich()
     if rich is None:  # pragma: no cover - see _rich
         return "\n".join("  ".join(r) for r in rows)
     table = rich.table.Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column("id", no_wrap=True, style="bold")
     table.add_column("title", max_width=TITLE_WIDTH, overflow="fold")
+    table.add_column("module / -k", overflow="fold")
     table.add_column("needs", max_width=34, overflow="fold")
     table.add_column("contract", max_width=34, overflow="fold")
     for row in rows:

@@ -1,4 +1,5 @@
-"""One request's prefill-side transfer, as SGLang's prefill scheduler performs it (sglang-real-paths.md section 2).
+"""One request's prefill-side transfer, as SGLang's prefill scheduler performs it
+(``SchedulerDisaggregationPrefillMixin.send_kv_chunk`` and the KV sender).
 
 A ``PrefillCase`` is everything the scheduler-level code reads for one request: the page size, the prompt
 length ``L``, the decode prefix ``D`` decode sent at bootstrap, the request's row of the request-to-token table,

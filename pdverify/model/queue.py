@@ -1,5 +1,5 @@
 """Decode's pre-allocation queue: one ``DecodePreallocQueue.pop_preallocated`` pass over several queued requests
-(sglang-real-paths.md section 4.2; sglang 0.5.23's admission loop).
+(sglang 0.5.23's admission loop in ``DecodePreallocQueue.pop_preallocated``).
 
 A ``DecodeQueueCase`` is what one pass reads: the queued requests in queue order (each bootstrapped or still
 waiting for its KV receiver, aborted or not, with its priority and LoRA adapter), the requests already running

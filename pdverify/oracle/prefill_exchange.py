@@ -1,4 +1,4 @@
-"""What a prefill transfer must ship, written from the contract (sglang-pd.md section 5 B-C) in plain Python.
+"""What a prefill transfer must ship, written from the contract in plain Python.
 
 Independent of the production code: lists and integer arithmetic only. A page list is the distinct pages of a
 token range in first-appearance order (a request's row is paged: ``location // page_size`` is its page).

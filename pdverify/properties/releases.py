@@ -5,8 +5,9 @@ release outside its range is *not applicable* ("contract before/after ..."), nev
 intended contract change is not a defect. Targets that are not a released SGLang (pdverify's ports, user
 targets) have no release, and every contract applies to them.
 
-The first releases below were read from the released wheels (``ci/sglang_release_env.py`` installs them; the
-README's release matrix shows the table).
+The first releases below were read from the released wheels (``ci/sglang_release_env.py`` installs them;
+docs/release-matrix.md shows the table). ``contract_evidence.json`` beside this file names the upstream change
+behind each boundary, with its kind.
 """
 
 from __future__ import annotations

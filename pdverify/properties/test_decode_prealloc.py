@@ -20,7 +20,7 @@ NEEDS = ("decode_prealloc",)
 
 
 def _case(l1_pages: list[int], d: int, stale: bool, state: tuple[str, ...]) -> DecodeCase:
-    """sglang-real-paths.md section 4.2: ps 4, L 23, one output, free pages 38 61 11 62 48 33 ..."""
+    """The worked example of decode pre-allocation: ps 4, L 23, one output, free pages 38 61 11 62 48 33 ..."""
     ps = 4
     l1 = tuple(p * ps + o for p in l1_pages for o in range(ps))
     row = tuple((61 * ps + i % ps) if stale else 0 for i in range(27))

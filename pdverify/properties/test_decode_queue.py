@@ -22,7 +22,7 @@ from pdverify.targets import Target
 NEEDS = ("decode_queue",)
 
 FREE = (38, 61, 11, 62, 48, 33, 50, 7, 45, 8, 19, 27, 70, 3, 55, 41)
-"""A fragmented free list (sglang-real-paths.md section 4.2's, extended)."""
+"""A fragmented free list (the pre-allocation worked example's, extended)."""
 
 
 def _queue(*requests: QueuedRequest, **settings: object) -> DecodeQueueCase:

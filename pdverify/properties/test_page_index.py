@@ -1,4 +1,4 @@
-"""Properties P1-P8: the page-index helpers (sglang-pd.md section 5 A)."""
+"""Properties P1-P8: the page-index helpers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""M1: a model of the whole PD exchange, driven through random event sequences (sglang-pd.md sections 2, 5 B-C).
+"""M1: a model of the whole PD exchange, driven through random event sequences.
 
 Two paged KV pools (prefill, decode) are real tensors with their allocators (page 0 reserved) and
 request-to-token tables. Prefill computes KV chunk by chunk and sends each chunk through the target's

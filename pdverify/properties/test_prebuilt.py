@@ -1,4 +1,4 @@
-"""Properties P19-P30: ``prepare_for_prebuilt`` on every kind of batch (sglang-pd.md section 5 D)."""
+"""Properties P19-P30: ``prepare_for_prebuilt`` on every kind of batch."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ SPEC_BATCH = PrebuiltBatch(
     [[0] * 16, [24, 25, 26, 27, 8, 9, 28, 29, 30, 31, 4] + [0] * 5, [28, 29, 30, 31, 4, 5] + [0] * 10],
     return_logprob=True,
 )  # fmt: skip
-"""The worked example of sglang-pd.md section 4 (two requests, one stained, logprob on)."""
+"""The worked example (two requests, one stained, logprob on)."""
 
 EMPTY_BATCH = PrebuiltBatch([], [[0, 0]])
 

@@ -1,4 +1,4 @@
-"""Scheduler-level properties of one request's prefill transfer (sglang-pd.md section 5 B-C), on the
+"""Scheduler-level properties of one request's prefill transfer, on the
 ``prefill_exchange`` unit (SGLang's own ``finalize_bootstrap``, early send, ``send_kv_chunk`` and
 ``CommonKVSender`` on the ``sglang`` target), and of the metadata wire (``wire_roundtrip``).
 
@@ -29,7 +29,7 @@ SPEC_PAGES = (5, 6, 2, 9, 3, 8)
 
 
 def _spec_case(**kw: Any) -> PrefillCase:
-    """sglang-real-paths.md section 2.4: ps 4, L 23, D 4, pages 5 6 2 9 3 8."""
+    """The prefill worked example: ps 4, L 23, D 4, pages 5 6 2 9 3 8."""
     row = tuple(SPEC_PAGES[i // 4] * 4 + i % 4 for i in range(23))
     base: dict[str, Any] = {"page_size": 4, "length": 23, "decode_prefix": 4, "row": row, "chunk_ends": (10, 19, 23)}
     return PrefillCase(**{**base, **kw})
@@ -65,7 +65,7 @@ EXAMPLES = [
 
 
 def _wire_pair() -> PDPair:
-    """sglang-real-paths.md section 4.1: decode pages 5 2 9 (ps 4, L 10, D 0)."""
+    """The decode worked example: pages 5 2 9 (ps 4, L 10, D 0)."""
     return PDPair(PagedRow((7, 1, 3), 10, 4, 0), PagedRow((5, 2, 9), 10, 4, 0), [10])
 
 

@@ -26,7 +26,7 @@ from pdverify.targets import Target
 NEEDS = ("prefill_exchange",)
 
 SPEC = PrefillCase(4, 10, 4, tuple(p * 4 + o for p in (5, 6, 2) for o in range(4))[:10], (6, 10))
-"""sglang-real-paths.md section 2.4's pages 5 6 2, L 10, D 4, two chunks."""
+"""The worked example's pages 5 6 2, L 10, D 4, two chunks."""
 
 
 def _run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:

@@ -1,5 +1,4 @@
-"""Properties P9-P14: prefill's chunk sends and decode's destination list pair up page by page
-(sglang-pd.md section 5 B)."""
+"""Properties P9-P14: prefill's chunk sends and decode's destination list pair up page by page."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Layout adapters: build the duck-typed batch a target's ``prepare_for_prebuilt`` reads, run it, map back.
 
-Three layouts are known (sglang-pd.md section 3.2):
+Three layouts are known (docs/concepts.md, "Layouts"):
 
 * ``sglang-0.5.23``: ``req.kv.req_pool_idx``, ``req.prefix_len``, ``req.extend_len`` (``extend_end - prefix_len``);
 * ``sglang-pr35070`` (the seed's era): ``req.req_pool_idx``, ``req.prefix_indices`` (the prefix's token
@@ -151,7 +151,7 @@ def _place_pr35070(duck: Any, req: Request, row: torch.Tensor) -> None:
 
 
 def _place_any(duck: Any, req: Request, row: torch.Tensor) -> None:
-    """Every era's names at once, consistent with one another (sglang-pd.md section 3.2): what any release from
+    """Every era's names at once, consistent with one another (docs/concepts.md, "Layouts"): what any release from
     0.4.6.post5 to 0.5.23 reads is there. Pre-#27611 releases read ``extend_input_len``; pre-#25712 ones read
     the logprob settings on the request itself."""
     _place_0_5_23(duck, req, row)

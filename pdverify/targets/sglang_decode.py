@@ -1,6 +1,5 @@
 """The decode pre-allocation units on the installed SGLang: its own ``DecodePreallocQueue.pop_preallocated``,
-driven on CPU for one request (``decode_prealloc``) and for a queue of several (``decode_queue``)
-(sglang-real-paths.md section 4.2).
+driven on CPU for one request (``decode_prealloc``) and for a queue of several (``decode_queue``).
 
 Runs, unmodified: ``pop_preallocated`` with its inline state payload closures, ``_pre_alloc``,
 ``_alloc_for_decode_prealloc`` / ``alloc_for_decode_prealloc`` on the real ``PagedTokenToKVPoolAllocator`` (CPU),

@@ -7,7 +7,7 @@ the state payload closures and SGLang's ``kv_to_page_indices`` / ``suffix_page_i
 (``translate_token_ids``, the CPU path of the unified pools' ``translate_kv_loc``) and the real
 ``CommonKVSender`` (``__init__``, ``init``, ``pop_decode_prefix_len``, ``get_max_transfer_tokens``,
 ``should_send_kv_chunk``, ``_prepare_send_indices``, ``send``) with ``CommonKVManager.prepare_send_state_indices``.
-The objects around them are small stand-ins built from a ``PrefillCase`` (sglang-real-paths.md sections 2-3): a
+The objects around them are small stand-ins built from a ``PrefillCase``: a
 scheduler subclass without ``__init__``, a bootstrap queue subclass, a request, and a KV manager whose
 ``add_transfer_request`` records each transfer.
 
