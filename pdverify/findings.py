@@ -91,9 +91,32 @@ def _f2_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return message.startswith(f"digests [{virtual!r}], expected one over the pages sent")
 
 
+def _t1_shows(kwargs: Mapping[str, Any]) -> bool:
+    batch = kwargs.get("batch")
+    return batch is not None and any(getattr(r, "prefix_len", 0) > 0 for r in getattr(batch, "reqs", ()))
+
+
+def _t1_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P19's message when ``out_cache_loc`` holds each row's first ``extend_len`` slots (from 0, not from the
+    decode prefix): 0.5.11's slice ``req_to_token[row][:extend_input_len]``."""
+    batch = kwargs["batch"]
+    from_zero = [slot for r in batch.reqs for slot in batch.req_to_token[r.req_pool_idx][: r.extend_len]]
+    return message.startswith(f"out_cache_loc: {from_zero} != expected ")
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
+        KnownDefect(
+            "T1",
+            "P19",
+            "sglang",
+            ("0.5.11",),
+            "prepare_for_prebuilt slices out_cache_loc from the row's start while decode holds a cached prefix "
+            "(fixed in 0.5.12, upstream #24230)",
+            _t1_shows,
+            _t1_explains,
+        ),
         KnownDefect(
             "F1",
             "D1",

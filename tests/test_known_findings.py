@@ -58,9 +58,12 @@ def test_ignoring_the_findings_reports_the_plain_failure(tmp_path: Path) -> None
 
 
 def test_every_recorded_finding_has_a_signature_and_every_signature_a_record() -> None:
-    recorded = {}
+    recorded = set()
     for path in (ROOT / "findings").glob("sglang-*.json"):
         data = json.loads(path.read_text())
-        for f in data["findings"]:
-            recorded[f["id"]] = (f["property"], data["release"])
-    assert recorded == {k: (d.property, r) for k, d in KNOWN.items() for r in d.releases}
+        recorded |= {(f["id"], f["property"], data["release"]) for f in data["findings"]}
+    triage = json.loads((ROOT / "findings" / "triage.json").read_text())["triage"]
+    defects = {(t["id"], t["property"], r) for t in triage if t["kind"] == "upstream defect" for r in t["releases"]}
+    signatures = {(k, d.property, r) for k, d in KNOWN.items() for r in d.releases}
+    assert recorded <= defects, "a finding of a conformance record is missing from the triage"
+    assert defects == signatures, "every triaged upstream defect carries a signature (pdverify.findings) and back"
