@@ -98,9 +98,13 @@ def request_details(
         return min(max(0, value), max(0, high))
 
     cached = near(0, prefix, n_prompt, high=n_prompt)
+    stained = rng.random() < 0.5
+    computed = near(0, prefix - 1, prefix, prefix + 1, extend_end, high=extend_end + 4)
+    if not (stained or DOMAIN.seeded_computed):  # before #25973 nothing seeds it: 0 at prepare_for_prebuilt
+        computed = 0
     return {
-        "retracted_stain": rng.random() < 0.5,
-        "already_computed": near(0, prefix - 1, prefix, prefix + 1, extend_end, high=extend_end + 4),
+        "retracted_stain": stained,
+        "already_computed": computed,
         "cached_tokens": cached,
         "cached_tokens_device": near(0, cached, high=cached),
         "is_retracted": rng.random() < 0.5,

@@ -55,9 +55,6 @@ FROM_35070 = Contract("upstream #35070 (no PREBUILT prompt copy), first released
 # When prepare_for_prebuilt gained each field or rule it now has (first release whose wheel has it):
 FROM_SEQ_LENS_CPU = Contract("seq_lens_cpu and orig_seq_lens are set, first in sglang 0.5.3", "0.5.3")
 FROM_POOL_INDICES_CPU = Contract("req_pool_indices_cpu is set, first in sglang 0.5.13", "0.5.13")
-FROM_CLAMPED_CACHED = Contract(
-    "cached_tokens(_device) grow by max(0, prefix - already_computed), first in sglang 0.5.13", "0.5.13"
-)
 FROM_RETRACTED_STAIN = Contract("a stained (retracted) request's bookkeeping is kept, first in sglang 0.5.6", "0.5.6")
 FROM_REBOOTSTRAP = Contract("PD rebootstrap (pd_rebootstrap_in_progress cleared), first in sglang 0.5.16", "0.5.16")
 FROM_LOGPROB_STARTS_NONE = Contract("extend_logprob_start_lens is None, first in sglang 0.5.15", "0.5.15")
@@ -74,11 +71,19 @@ class InputDomain:
     decode's prefix is always 0."""
     rebootstrap: bool = True
     """PD rebootstrap (``extend_end`` one past ``seq_len``), from sglang 0.5.16."""
+    seeded_computed: bool = True
+    """Decode seeds ``already_computed`` from the prefill-reported cached tokens before ``prepare_for_prebuilt``
+    (#25973), from sglang 0.5.13; before, an unstained request reaches it with ``already_computed == 0``
+    (``Req.__init__`` and ``reset_for_retract`` set 0, and nothing in the decode path sets it)."""
     release: str | None = field(default=None)
 
 
 DOMAIN = InputDomain()
 DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
+SEEDED_COMPUTED = Contract(
+    "already_computed seeded from prefill's cached tokens (#25973), first in sglang 0.5.13", "0.5.13"
+)
+"""An input-domain boundary, not a contract: what ``already_computed`` can hold when ``prepare_for_prebuilt`` runs."""
 
 
 def bind_release(release: str | None) -> InputDomain:
@@ -87,4 +92,5 @@ def bind_release(release: str | None) -> InputDomain:
     DOMAIN.release = release
     DOMAIN.decode_prefix = DECODE_PREFIXES.not_applicable(release) is None
     DOMAIN.rebootstrap = FROM_REBOOTSTRAP.not_applicable(release) is None
+    DOMAIN.seeded_computed = SEEDED_COMPUTED.not_applicable(release) is None
     return DOMAIN

@@ -13,7 +13,6 @@ from pdverify.properties.compare import assert_tensor
 from pdverify.properties.registry import FROM_35070, examples, note_event, prop, within_domain
 from pdverify.properties.releases import (
     DOMAIN,
-    FROM_CLAMPED_CACHED,
     FROM_LOGPROB_STARTS_NONE,
     FROM_POOL_INDICES_CPU,
     FROM_PREBUILT_MODE,
@@ -169,7 +168,6 @@ def test_p22b_prompt_untouched(target: Target, device: str, batch: PrebuiltBatch
 @prop(
     "P23",
     "not stained: cached_tokens(_device) grow by max(0, prefix - already_computed); already_computed = seq_len",
-    contract=FROM_CLAMPED_CACHED,
     needs=NEEDS,
     batch=batches(),
 )

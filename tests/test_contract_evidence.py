@@ -1,0 +1,49 @@
+"""Every release boundary has its upstream evidence, and no fix bounds a contract.
+
+``pdverify/properties/contract_evidence.json`` names, for each ``Contract`` in ``releases.py``, the upstream change
+behind it: PR, title, commit, first release and its kind - ``feature`` (a new input domain or unit), ``intended
+change`` (a field renamed or removed by design) or ``fix``. Only a feature or an intended change may bound what a
+property checks: before a fix, a release is defective wherever the input that exposes it is reachable, so a fix may
+bound an input domain (what the release can be given) but never a contract.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdverify.properties import releases
+from pdverify.runner import load_properties
+
+EVIDENCE = json.loads((Path(releases.__file__).parent / "contract_evidence.json").read_text())["boundaries"]
+BY_NAME = {b["contract"]: b for b in EVIDENCE}
+CONTRACTS = {name: c for name, c in vars(releases).items() if isinstance(c, releases.Contract) and c.since}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTS))
+def test_every_boundary_has_evidence(name: str) -> None:
+    entry = BY_NAME.get(name)
+    assert entry is not None, f"{name} ({CONTRACTS[name]}) has no entry in contract_evidence.json"
+    assert entry["kind"] in ("feature", "intended change", "fix"), entry
+    assert entry["first_release"] == CONTRACTS[name].since, (name, entry["first_release"], CONTRACTS[name].since)
+    assert entry["evidence"] and (entry["pr"] is None or isinstance(entry["pr"], int)), entry
+
+
+def test_no_property_is_bounded_by_a_fix() -> None:
+    for info in load_properties().values():
+        name = next((n for n, c in CONTRACTS.items() if c is info.contract), None)
+        if name is None:
+            continue
+        kind = BY_NAME[name]["kind"]
+        assert kind != "fix", (
+            f"{info.id} is bounded by {name}, a fix ({BY_NAME[name]['title']}): it applies to every release"
+        )
+    gated_by_fix = [b["contract"] for b in EVIDENCE if b.get("gate") == "contract" and b["kind"] == "fix"]
+    assert not gated_by_fix, f"contract boundaries of kind fix: {gated_by_fix}"
+
+
+def test_every_contract_entry_names_a_contract() -> None:
+    contracts = {b["contract"] for b in EVIDENCE if b.get("gate") in ("contract", "domain")}
+    assert contracts == set(CONTRACTS), contracts ^ set(CONTRACTS)
