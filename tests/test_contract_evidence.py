@@ -47,3 +47,13 @@ def test_no_property_is_bounded_by_a_fix() -> None:
 def test_every_contract_entry_names_a_contract() -> None:
     contracts = {b["contract"] for b in EVIDENCE if b.get("gate") in ("contract", "domain")}
     assert contracts == set(CONTRACTS), contracts ^ set(CONTRACTS)
+
+
+def test_the_docs_show_what_the_evidence_file_holds() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "ci" / "docs_figures.py"), "--check"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr

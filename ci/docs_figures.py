@@ -1,0 +1,89 @@
+"""Generate the figures the docs show from the files that hold them, so that no table is typed by hand.
+
+    python ci/docs_figures.py            rewrite every generated block in docs/
+    python ci/docs_figures.py --check    exit 1 when a block differs from what its source gives (tests run this)
+
+A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` in a docs file:
+
+* ``evidence`` (docs/release-matrix.md): the upstream change behind every release boundary, from
+  ``pdverify/properties/contract_evidence.json``;
+* ``gate`` (docs/findings.md): the findings gate per recorded finding, from the conformance reports under
+  ``reports/sglang*/check.json`` (kept as it is when no report is there: the block records the last run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ci"))
+
+from findings_gate import _reproduced, gate  # noqa: E402
+
+
+def evidence_table() -> str:
+    entries = json.loads((ROOT / "pdverify" / "properties" / "contract_evidence.json").read_text())["boundaries"]
+    rows = ["| boundary | gates | first release | kind | upstream change |", "|---|---|---|---|---|"]
+    for b in entries:
+        change = f"#{b['pr']} {b['title']} ({b['commit']}, {b['date']})" if b.get("pr") else "not in the mirror read"
+        rows.append(
+            f"| `{b['contract'].split(' ')[0]}` | {b.get('gate', '')} | {b['first_release']} | {b['kind']} | {change} |"
+        )
+    return "\n".join(rows)
+
+
+def gate_table() -> str | None:
+    recorded = json.loads((ROOT / "findings" / "sglang-0.5.23.json").read_text())
+    runs = [("0.5.23 as released", ROOT / "reports" / "sglang" / "check.json", set())]
+    runs += [(f"with findings/{p.name.split('-')[-1]}/fix.patch", p / "check.json", {p.name.split("-")[-1]})
+             for p in sorted((ROOT / "reports").glob("sglang-patched-*"))]  # fmt: skip
+    rows = ["| run | properties | gate |", "|---|---|---|"]
+    for label, path, fixed in runs:
+        if not path.exists():
+            continue
+        report = json.loads(path.read_text())
+        code, _ = gate(report, recorded, fixed)
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(report["summary"].items()))
+        verdicts = []
+        for f in recorded["findings"]:
+            reproduced, matched, _ = _reproduced(report, f["id"])
+            done = "**fixed by patch**" if f["id"] in fixed and not reproduced else f"reproduced on {reproduced}"
+            verdicts.append(f"{f['id']} {done} ({matched} examples in its signature)")
+        new = sum(1 for p in report["properties"] if p["status"] in ("failed", "error", "timeout", "flaky"))
+        rows.append(f"| {label} | {counts} | {'green' if code == 0 else 'RED'}: {'; '.join(verdicts)}; {new} new |")
+    return "\n".join(rows) if len(rows) > 2 else None
+
+
+BLOCKS = {"evidence": ("docs/release-matrix.md", evidence_table), "gate": ("docs/findings.md", gate_table)}
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, (doc, make) in BLOCKS.items():
+        path = ROOT / doc
+        text = path.read_text()
+        pattern = re.compile(rf"(<!-- generated: {name} -->\n)(.*?)(<!-- end: {name} -->)", re.S)
+        match = pattern.search(text)
+        if match is None:
+            print(f"{doc}: no generated block {name!r}", file=sys.stderr)
+            return 2
+        body = make()
+        if body is None:  # no source here (no conformance report): the block keeps the last run's figures
+            continue
+        if match.group(2) != body + "\n":
+            stale.append(f"{doc}: block {name!r}")
+            text = text[: match.start(2)] + body + "\n" + text[match.end(2) :]
+            if not check:
+                path.write_text(text)
+    if stale and check:
+        print("stale generated blocks (run python ci/docs_figures.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
