@@ -159,6 +159,42 @@ def summary_table(
     return "\n".join(out) + "\n"
 
 
+def not_applicable_reason(message: str) -> str:
+    """Why a property was not applicable on a release: the release has no such code, its contract differs by
+    design (a boundary with its evidence), or pdverify has no driver for the release's form of the path."""
+    if "no driver" in message:
+        return "no driver"
+    if "contract before" in message or "contract after" in message:
+        return "contract"
+    return "no such code"
+
+
+def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], Any]) -> str:
+    """One line per release: the defects it has (triage ids) or "sound on N of M checked properties", and the
+    not-applicable counts by reason."""
+    release = row["release"]
+    if not row.get("properties"):
+        return f"* **{release}**: not importable ({row.get('reason', '')})"
+    props = row["properties"]
+    checked = {pid: p for pid, p in props.items() if p["status"] != "not applicable"}
+    defects = sorted({triaged[(release, pid)]["id"] for pid, p in checked.items() if p["status"] not in SETTLED
+                      and (release, pid) in triaged})  # fmt: skip
+    untriaged = sorted(
+        pid for pid, p in checked.items() if p["status"] not in SETTLED and (release, pid) not in triaged
+    )
+    sound = sum(1 for p in checked.values() if p["status"] == "passed")
+    reasons: dict[str, int] = {}
+    for p in props.values():
+        if p["status"] == "not applicable":
+            why = not_applicable_reason(p.get("message", ""))
+            reasons[why] = reasons.get(why, 0) + 1
+    head = f"defects: {', '.join(defects)}" if defects else f"sound on {sound} of {len(checked)} checked properties"
+    if untriaged:
+        head += f"; UNTRIAGED failures: {', '.join(untriaged)}"
+    na = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "none"
+    return f"* **{release}**: {head} ({sound} passed of {len(checked)} checked); not applicable: {na}"
+
+
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: list[dict[str, Any]]) -> None:
     ids: list[str] = []
     for r in rows:
@@ -184,7 +220,9 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
             status, status
         )
 
-    md = ["| release | " + " | ".join(ids) + " | wall s |", "|---" * (len(ids) + 2) + "|"]
+    verdicts = [verdict(r, triaged) for r in rows]
+    md = ["# SGLang release matrix", "", "Verdict per release (triage ids: findings/triage.json):", "", *verdicts, ""]
+    md += ["| release | " + " | ".join(ids) + " | wall s |", "|---" * (len(ids) + 2) + "|"]
     for r in rows:
         cells = []
         for pid in ids:
@@ -207,6 +245,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
         "<style>body{font:13px sans-serif}td,th{border:1px solid #ddd;padding:2px 4px;text-align:center}"
         "th{position:sticky;top:0;background:#fff}a{color:#fff}pre{white-space:pre-wrap;font-size:11px}</style>",
         f"<h1>SGLang release matrix</h1><p>profile {html.escape(args.profile)}, CPU; colour by status.</p>",
+        "<ul>" + "".join(f"<li>{html.escape(v[2:]).replace('**', '')}</li>" for v in verdicts) + "</ul>",
         "<table><tr><th>release</th>" + "".join(f"<th>{html.escape(p)}</th>" for p in ids) + "<th>s</th></tr>",
     ]
     details = []

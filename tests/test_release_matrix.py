@@ -71,6 +71,22 @@ def test_bind_release_sets_the_input_domain(release_domain: Any) -> None:
     assert (release_domain(None).decode_prefix, DOMAIN.rebootstrap) == (True, True)
 
 
+def test_already_computed_is_seeded_only_from_0_5_13(release_domain: Any) -> None:
+    """Before #25973 (0.5.13) nothing seeds already_computed: an unstained request reaches prepare_for_prebuilt
+    with 0; from 0.5.13 decode seeds it from prefill's cached tokens."""
+    for release, seeded in (("0.5.12.post1", False), ("0.5.13", True), (None, True)):
+        assert release_domain(release).seeded_computed is seeded
+        computed: list[int] = []
+
+        @settings(max_examples=150, database=None, derandomize=True)
+        @given(batch=batches())
+        def draw(batch: Any, into: list[int] = computed) -> None:
+            into.extend(r.already_computed for r in batch.reqs if not r.retracted_stain)
+
+        draw()
+        assert computed and (max(computed) > 0) is seeded, (release, max(computed))
+
+
 def test_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
     release_domain("0.5.10")
     seen: list[int] = []
@@ -220,6 +236,8 @@ def test_matrix_gate_needs_every_failure_triaged(tmp_path: Path) -> None:
     assert set(matrix["0.4.4.post2"].values()) == {"not importable"}
     md = (out / "matrix.md").read_text()
     assert "**FAIL** (T1)" in md and "0.4.4.post2: no report from this release's job" in md
+    assert "* **0.5.11**: defects: T1 (1 passed of 2 checked); not applicable: 1 no such code" in md
+    assert "* **0.5.12**: sound on 2 of 2 checked properties" in md
     assert "| 0.5.11 | 1 | P19 (T1) | 1 |" in (out / "summary.md").read_text()
     page = (out / "matrix.html").read_text()
     assert "href='#0.5.11-P19'" in page and "PYTHONPATH=.sglang-releases/0.5.11" in page and "f(x=1)" in page
