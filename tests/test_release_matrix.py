@@ -74,15 +74,16 @@ def test_bind_release_sets_the_input_domain(release_domain: Any) -> None:
 def test_already_computed_is_seeded_only_from_0_5_13(release_domain: Any) -> None:
     """Before #25973 (0.5.13) nothing seeds already_computed: an unstained request reaches prepare_for_prebuilt
     with 0; from 0.5.13 decode seeds it from prefill's cached tokens."""
+    computed: list[int] = []
+
+    @settings(max_examples=150, database=None, derandomize=True)
+    @given(batch=batches())
+    def draw(batch: Any) -> None:
+        computed.extend(r.already_computed for r in batch.reqs if not r.retracted_stain)
+
     for release, seeded in (("0.5.12.post1", False), ("0.5.13", True), (None, True)):
         assert release_domain(release).seeded_computed is seeded
-        computed: list[int] = []
-
-        @settings(max_examples=150, database=None, derandomize=True)
-        @given(batch=batches())
-        def draw(batch: Any, into: list[int] = computed) -> None:
-            into.extend(r.already_computed for r in batch.reqs if not r.retracted_stain)
-
+        computed.clear()
         draw()
         assert computed and (max(computed) > 0) is seeded, (release, max(computed))
 
