@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import (
     DirectoryBasedExampleDatabase,
     ExampleDatabase,
@@ -60,6 +60,16 @@ PROFILES: dict[str, dict[str, Any]] = {
         "print_blob": True,
         "suppress_health_check": [HealthCheck.too_slow],
     },
+    "generation": {
+        # pdverify mutate --generation-only: generated examples only (no explicit example, no database replay, no
+        # shrinking: the first failing example is what is measured); seeded per run by the caller
+        "max_examples": 200,
+        "phases": [Phase.generate],
+        "report_multiple_bugs": False,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+    },
     "mutate": {
         "max_examples": 60,
         "report_multiple_bugs": False,
@@ -75,7 +85,7 @@ def register_profiles() -> None:
     """Register every profile; ``dev`` and ``thorough`` (not derandomized) use ``example_database()``."""
     database = example_database()
     for name, options in PROFILES.items():
-        extra: dict[str, Any] = {} if options.get("derandomize") else {"database": database}
+        extra: dict[str, Any] = {} if options.get("derandomize") or "database" in options else {"database": database}
         settings.register_profile(name, **options, **extra)
 
 

@@ -31,9 +31,11 @@ class PropertyRun:
     """The example count at the first failing example (before shrinking)."""
 
 
-def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profile: str = "mutate") -> PropertyRun:
-    """Run ``info`` on ``target`` under Hypothesis profile ``profile``; a failure's message holds the
-    shrunk counterexample Hypothesis reported."""
+def run_property(
+    info: PropertyInfo, target: Target, device: str = "cpu", profile: str = "mutate", seed: int | None = None
+) -> PropertyRun:
+    """Run ``info`` on ``target`` under Hypothesis profile ``profile`` (``seed``: the generation's seed, for a
+    profile that is not derandomized); a failure's message holds the shrunk counterexample Hypothesis reported."""
     missing = [fn for fn in info.needs if not target.supplies(fn)]
     if missing:
         return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
@@ -42,6 +44,10 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
         return PropertyRun(info.id, "not applicable", 0, 0.0, out_of_range)
     pin_local_constants()
     test: Any = info.test
+    saved_seed = getattr(test, "_hypothesis_internal_use_seed", None)
+    if seed is not None:
+        test._hypothesis_internal_use_seed = seed
+        EXAMPLES.seed = seed  # the state machine reads its seed here
     saved = getattr(test, "_hypothesis_internal_use_settings", None)
     reset_examples()
     start = time.perf_counter()
@@ -69,6 +75,9 @@ def run_property(info: PropertyInfo, target: Target, device: str = "cpu", profil
     finally:
         if saved is not None:
             test._hypothesis_internal_use_settings = saved
+        if seed is not None:
+            test._hypothesis_internal_use_seed = saved_seed
+            EXAMPLES.seed = None
     status = "passed" if EXAMPLES.examples else "no examples"
     return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
 

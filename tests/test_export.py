@@ -48,3 +48,26 @@ def test_layout_breaks_only_what_does_not_fit() -> None:
     assert lines[0] == "Case(" and lines[-1] == "        )", wide
     assert all(len(line) <= 120 for line in lines[1:]), wide
     assert eval(wide, {"Case": lambda row, name: (row, name)}) == (list(range(60)), "x")
+
+
+def test_layout_of_dicts_and_nested_calls() -> None:
+    text = layout("{'a': " + str(list(range(50))) + ", 'b': 2}", 4)
+    assert text.startswith("{\n") and eval(text) == {"a": list(range(50)), "b": 2}
+
+
+def test_a_counterexample_that_does_not_rebuild_is_named_not_skipped_silently(tmp_path: Path) -> None:
+    from pdverify.cli.export import NOT_EXPORTABLE, counterexample_literals, export_regressions
+    from pdverify.cli.report import PropertyResult
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque(<no way back>)"
+
+    literals = counterexample_literals({"target": None, "case": Opaque()})
+    assert literals is not None and NOT_EXPORTABLE in literals
+    failed = PropertyResult("P1", "t", "test_p1_x", "cpu", "failed", 3, 0.1, kwargs=literals)
+    never = PropertyResult("P2", "t", "test_p2_y", "cpu", "failed", 3, 0.1)
+    written, skipped = export_regressions(tmp_path, "pdverify", [failed, never])
+    assert written == [] and len(skipped) == 2
+    assert "P1 (test_p1_x): not exported: cannot rebuild Opaque" in skipped[0]
+    assert "P2 (test_p2_y): not exported: no counterexample was captured" in skipped[1]

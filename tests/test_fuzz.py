@@ -45,8 +45,10 @@ def test_campaign_figures_are_read_back_per_worker() -> None:
 
 
 def test_fuzz_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fuzz", "--minutes", "0"]) == exitcodes.USAGE
-    assert "--minutes" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fuzz", "--minutes", "0"])
+    assert exit_info.value.code == exitcodes.USAGE
+    assert "--minutes: 0 must be > 0" in capsys.readouterr().err
 
 
 def test_a_failure_found_by_the_campaign_is_replayed_by_check(

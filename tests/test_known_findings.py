@@ -67,3 +67,25 @@ def test_every_recorded_finding_has_a_signature_and_every_signature_a_record() -
     signatures = {(k, d.property, r) for k, d in KNOWN.items() for r in d.releases}
     assert recorded <= defects, "a finding of a conformance record is missing from the triage"
     assert defects == signatures, "every triaged upstream defect carries a signature (pdverify.findings) and back"
+
+
+def test_signatures_and_explanations_are_precise() -> None:
+    """Each recorded finding explains only its own failure: the same property failing elsewhere is not it."""
+    from types import SimpleNamespace
+
+    t1, f1 = KNOWN["T1"], KNOWN["F1"]
+    batch = SimpleNamespace(
+        reqs=[SimpleNamespace(req_pool_idx=0, prefix_len=2, extend_len=3)], req_to_token=[[7, 8, 9, 10, 11]]
+    )
+    assert t1.shows({"batch": batch}) and not t1.shows({"batch": SimpleNamespace(reqs=[])})
+    assert t1.explains({"batch": batch}, "out_cache_loc: [7, 8, 9] != expected [9, 10, 11]")
+    assert not t1.explains({"batch": batch}, "out_cache_loc: [9, 10] != expected [9, 10, 11]")
+    case = SimpleNamespace(state_types=("QSA_COMPRESSED",), decode_prefix=8, l1_prefix=4, page_size=4)
+    assert f1.shows({"case": case}) and not f1.shows({"case": SimpleNamespace(state_types=("DSA",))})
+    pending = "QSA_COMPRESSED list [40, 0, 38] from position 0: logical page, sent, held = [(1, 0, None)] (held ...)"
+    held_elsewhere = (
+        "QSA_COMPRESSED list [40, 0, 38] from position 0: logical page, sent, held = [(2, 0, 38)] (held ...)"
+    )
+    assert f1.explains({"case": case}, pending) and not f1.explains({"case": case}, held_elsewhere)
+    assert not f1.explains({"case": case}, "main KV list [1] from position 0: logical page, sent, held = []")
+    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.22"))

@@ -75,3 +75,32 @@ def test_deleting_an_assertion_makes_mutate_fail(capsys: pytest.CaptureFixture[s
 def test_parallel_jobs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["mutate", "--only", "AF0", "--jobs", "2"]) == exitcodes.OK
     assert "3/3 = 100.0%" in capsys.readouterr().out
+
+
+def test_generation_only_measures_examples_to_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Explicit examples off, seeded: each run reports the generated examples up to the first failing one."""
+    out, md = tmp_path / "g.json", tmp_path / "g.md"
+    code = main(["mutate", "--generation-only", "--only", "KV05", "--seeds", "2", "--jobs", "1", "--json", str(out),
+                 "--md", str(md)])  # fmt: skip
+    data = json.loads(out.read_text())
+    (row,) = data["mutants"]
+    assert code == exitcodes.OK and row["id"] == "KV05" and len(row["examples_to_failure"]) == 2
+    assert all(isinstance(n, int) and n >= 1 for n in row["examples_to_failure"]), row
+    assert data["summary"]["overall"]["kill_rate"] == 1.0 and data["seeds"] == [20261201, 20261202]
+    assert "| **all** | 1 | 1 (100%) | 2/2 |" in md.read_text()
+
+
+def test_generation_only_reports_a_survivor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant no generated example exposes within the budget is reported as not killed, and the run fails."""
+    from pdverify.cli import mutate
+
+    def nothing_fails(mutant_id: str, seeds: list[int]) -> mutate.GenerationResult:
+        return mutate.GenerationResult(mutant_id, "f", "fam", seeds, [None] * len(seeds), [None] * len(seeds), 0.0)
+
+    monkeypatch.setattr(mutate, "kill_by_generation", nothing_fails)
+    lines: list[str] = []
+    assert (
+        mutate.run_generation_only(only="KV05", jobs=1, seeds=[1], json_path=None, md_path=None, echo=lines.append) == 1
+    )
+    assert "| **all** | 1 | 0 (0%) | 0/1 |" in lines[0] and "* KV05 (f): -; killed by -" in lines[0]
+    assert mutate.percentile([], 0.5) != mutate.percentile([], 0.5)  # nan: no runs killed

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import importlib.metadata
 import io
+import os
 import random
 import re
 import shlex
@@ -288,8 +289,13 @@ def run_check(
 
     width = terminal_width()
 
+    interactive = bool(getattr(sys.stdout, "isatty", lambda: False)()) or "COLUMNS" in os.environ
+
     def wrapped(text: str, indent: str = "  ") -> str:
-        """Prose wrapped to the terminal (a reproduce command stays on one line, to copy)."""
+        """Prose wrapped to the terminal; in a pipe or a CI log one line per message, for grep (a reproduce command
+        always stays on one line, to copy)."""
+        if not interactive:
+            return text
         return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False)) or text
 
     echo(

@@ -162,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--only", default=None, help="only mutants whose id or function contains this text")
     mutate.add_argument("--jobs", type=_number(int, 1), default=min(2, os.cpu_count() or 1), help="worker processes")
     mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
+    mutate.add_argument(
+        "--generation-only",
+        action="store_true",
+        help="measure examples-to-failure with generated examples alone (no explicit examples), per seed",
+    )
+    mutate.add_argument("--seeds", type=_number(int, 1), default=3, help="seeds per mutant (--generation-only)")
+    mutate.add_argument("--md", default=None, help="write the Markdown table here (--generation-only)")
 
     bench = sub.add_parser(
         "bench", help="legacy, pdverify, fast and sglang side by side: bytes, copies, launches, time"
@@ -361,6 +368,12 @@ def _mutate(args: argparse.Namespace) -> int:
     from pdverify.cli.mutate import run_mutate
 
     out = _writable_file(args.json) if args.json else None
+    if args.generation_only:
+        from pdverify.cli.mutate import run_generation_only
+
+        md = _writable_file(args.md) if args.md else None
+        seeds = [20261201 + k for k in range(args.seeds)]
+        return run_generation_only(only=args.only, jobs=args.jobs, seeds=seeds, json_path=out, md_path=md)
     return run_mutate(profile=args.profile, only=args.only, jobs=args.jobs, json_path=out)
 
 

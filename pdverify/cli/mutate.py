@@ -69,6 +69,136 @@ def _worker(job: tuple[str, str]) -> MutantResult:
     return kill(*job)
 
 
+@dataclass(frozen=True)
+class GenerationResult:
+    """One mutant under generation alone: for each seed, the killing property and the number of generated
+    examples it ran up to and including the first failing one (None: no property failed within the budget)."""
+
+    id: str
+    function: str
+    family: str
+    seeds: list[int]
+    killed_by: list[str | None]
+    examples_to_failure: list[int | None]
+    seconds: float
+
+    @property
+    def killed(self) -> bool:
+        """Killed on every seed by generated examples alone."""
+        return all(n is not None for n in self.examples_to_failure)
+
+
+def kill_by_generation(mutant_id: str, seeds: list[int]) -> GenerationResult:
+    """Run the properties that exercise the mutant's function under the ``generation`` profile (no explicit
+    example, no database, no shrinking), once per seed, until one fails."""
+    from pdverify.mutants.catalogue import load_all, mutant_target
+    from pdverify.runner import load_properties, run_property
+
+    m = load_all()[mutant_id]
+    target = mutant_target(m)
+    relevant = [p for p in order_properties(load_properties(), m.function) if m.function in p.needs]
+    start = time.perf_counter()
+    killers: list[str | None] = []
+    counts: list[int | None] = []
+    for seed in seeds:
+        killer, count = None, None
+        for info in relevant:
+            run = run_property(info, target, "cpu", "generation", seed=seed)
+            if run.status in ("failed", "no examples"):
+                killer, count = info.id, run.first_failure or run.examples
+                break
+        killers.append(killer)
+        counts.append(count)
+    family = m.impl.__module__.rsplit(".", 1)[-1]
+    return GenerationResult(m.id, m.function, family, seeds, killers, counts, time.perf_counter() - start)
+
+
+def _generation_worker(job: tuple[str, list[int]]) -> GenerationResult:
+    return kill_by_generation(*job)
+
+
+def percentile(values: list[int], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def generation_summary(results: list[GenerationResult]) -> dict[str, Any]:
+    """Kill rate by generation alone and examples-to-failure statistics, overall and per family."""
+
+    def stats(rows: list[GenerationResult]) -> dict[str, Any]:
+        counts = [n for r in rows for n in r.examples_to_failure if n is not None]
+        runs = sum(len(r.examples_to_failure) for r in rows)
+        return {
+            "mutants": len(rows),
+            "killed": sum(1 for r in rows if r.killed),
+            "kill_rate": sum(1 for r in rows if r.killed) / len(rows) if rows else float("nan"),
+            "runs_killed": len(counts),
+            "runs": runs,
+            "median": percentile(counts, 0.5),
+            "p95": percentile(counts, 0.95),
+            "max": max(counts) if counts else None,
+        }
+
+    families = sorted({r.family for r in results})
+    return {"overall": stats(results), "families": {f: stats([r for r in results if r.family == f]) for f in families}}
+
+
+def run_generation_only(
+    *, only: str | None, jobs: int, seeds: list[int], json_path: Path | None, md_path: Path | None, echo: Any = print
+) -> int:
+    """``pdverify mutate --generation-only``: how many generated examples each mutant takes to fail."""
+    from pdverify.mutants.catalogue import load_all
+
+    chosen = [m for m in load_all().values() if only is None or only in m.id or only in m.function]
+    if not chosen:
+        echo(f"pdverify mutate: no mutant matches {only!r}: nothing ran")
+        return exitcodes.FAILED
+    t0 = time.perf_counter()
+    jobs_list = [(m.id, seeds) for m in chosen]
+    if jobs > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(jobs) as pool:
+            results = pool.map(_generation_worker, jobs_list, chunksize=1)
+    else:
+        results = [kill_by_generation(*job) for job in jobs_list]
+    wall = time.perf_counter() - t0
+    summary = generation_summary(results)
+    lines = [
+        f"# Examples to failure, generation alone ({len(seeds)} seeds: {', '.join(map(str, seeds))})",
+        "",
+        "Each mutant against the properties that exercise its function, `generation` profile: no explicit example, no "
+        "example database, no shrinking, 200 examples a property; the count is the generated examples the killing "
+        "property ran up to and including its first failing one.",
+        "",
+        "| family | mutants | killed on every seed | runs killed | median | p95 | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in [("**all**", summary["overall"]), *summary["families"].items()]:
+        killed = f"{s['killed']} ({s['kill_rate']:.0%})"
+        runs = f"{s['runs_killed']}/{s['runs']}"
+        figures = f"{s['median']:.0f} | {s['p95']:.0f} | {s['max']}"
+        lines.append(f"| {name} | {s['mutants']} | {killed} | {runs} | {figures} |")
+    slowest = sorted(results, key=lambda r: max((n if n is not None else 10**9) for n in r.examples_to_failure))
+    lines += ["", "Slowest and not killed (examples per seed; - : not killed within the budget):", ""]
+    for r in reversed(slowest[-15:]):
+        per_seed = ", ".join("-" if n is None else str(n) for n in r.examples_to_failure)
+        lines.append(f"* {r.id} ({r.function}): {per_seed}; killed by {', '.join(k or '-' for k in r.killed_by)}")
+    lines.append(f"\n{wall:.0f} s wall ({jobs} job(s))")
+    text = "\n".join(lines) + "\n"
+    echo(text)
+    if md_path is not None:
+        md_path.write_text(text)
+    if json_path is not None:
+        payload = {"seeds": seeds, "wall_s": wall, "summary": summary, "mutants": [asdict(r) for r in results]}
+        json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    return exitcodes.OK if all(r.killed for r in results) else exitcodes.FAILED
+
+
 def run_mutate(
     *,
     profile: str,
