@@ -410,6 +410,8 @@ class DecodeTrace:
     """Rows whose DeepSeek-V4 request-scoped state was cleared before the metadata went out."""
     row: tuple[int, ...] = ()
     """The request's request-to-token row for ``[0, L)`` when the metadata was sent."""
+    cache_protected_len: int | None = None
+    """The prefix the request's tree owns after pre-allocation (``req.kv.cache_protected_len``); None: not reported."""
     restore: tuple[int, ...] = ()
     """Token locations reserved at pre-allocation for ``[L1, D)``, the prefix a HiCache restore loads later
     (SGLang 0.5.23 reserves none: those slots keep whatever the row held)."""

@@ -383,6 +383,11 @@ def decode_dsa_from_zero(case: DecodeCase, device: str) -> DecodeTrace:
         return decode_port.decode_prealloc(case, device)
 
 
+@mutant("XD10", "decode_prealloc", "wrong value", "the tree owns only the L1 prefix while decode announces D")
+def protected_l1_only(case: DecodeCase, device: str) -> DecodeTrace:
+    return replace(decode_port.decode_prealloc(case, device), cache_protected_len=case.l1_prefix)
+
+
 # --- the KV checksum ------------------------------------------------------------------------------------
 
 

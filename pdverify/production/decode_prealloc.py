@@ -127,4 +127,5 @@ def decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:
         cleared_rows=(REQ_POOL_IDX,) if "DSV4_REQUEST_STATE" in case.state_types else (),
         row=tuple(int(v) for v in table[REQ_POOL_IDX, :n].tolist()),
         restore=tuple(restore),
+        cache_protected_len=d,
     )

@@ -111,6 +111,22 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
         )
 
 
+@examples("case", EXAMPLES)
+@prop(
+    "D4",
+    "the prefix decode announces to prefill is the prefix its tree owns: cache_protected_len == decode_prefix_len, "
+    "page-aligned (SGLang's own assert in mem_cache/common.py; decode's checksum verification starts there)",
+    needs=NEEDS,
+    case=decode_cases(),
+)
+def test_d4_announced_prefix_is_protected(target: Target, device: str, case: DecodeCase) -> None:
+    trace: DecodeTrace = target.require("decode_prealloc")(case, device)
+    d, protected = trace.decode_prefix_len, trace.cache_protected_len
+    assert protected is not None, "decode_prealloc reported no cache_protected_len"
+    assert protected == d, f"the tree owns [0, {protected}) while decode announced decode_prefix_len={d} to prefill"
+    assert protected % case.page_size == 0, f"cache_protected_len={protected} is not page-aligned (ps {case.page_size})"
+
+
 @examples("case", [replace(EXAMPLES[0], state_types=("DSV4_REQUEST_STATE",)), replace(EXAMPLES[4], state_types=(
     "DSV4_REQUEST_STATE", "DSA"))])  # fmt: skip
 @prop(

@@ -38,6 +38,9 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
     allocator.release_pages = torch.empty((0,), dtype=torch.int64)
     allocator.translate_swa_indices_for_transfer = lambda t: t
+    # SGLang's own checks of what it hands out (SGLANG_DEBUG_MEMORY_POOL): last_loc agrees with the prefix length
+    # modulo the page size, fresh slots are distinct - stated contracts of the allocator, asserted by its own code
+    allocator.debug_mode = True
     return allocator
 
 
@@ -222,6 +225,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
+        cache_protected_len=int(req.kv.cache_protected_len),
     )
 
 

@@ -1,0 +1,325 @@
+"""KV checksum on pools that register PD state buffers outside the four known layouts.
+
+With --disaggregation-enable-kv-checksum both roles build `KvChecksumComputer`
+from `kv_args.state_data_ptrs`, and `compute` needs state indices for them.
+`--kv-cache-dtype mxfp8` (`MHATokenToKVPoolMXFP8`) registers its UE8M0 block
+scales as StateType.BLOCK_SCALE, one item per KV page, so its digest must cover
+the same pages as the KV. `DeepSeekV4TokenToKVPool` registers state in several
+index spaces; its digest must at least not raise on prefill or decode.
+
+Upstream location: test/registered/unit/disaggregation/.
+"""
+
+import unittest
+from types import SimpleNamespace
+from unittest.mock import Mock, patch
+
+import numpy as np
+import torch
+
+from sglang.srt.disaggregation import checksum, decode
+from sglang.srt.disaggregation.base.conn import StateType
+from sglang.srt.disaggregation.checksum import (
+    KvChecksumComputer,
+    page_indices_for_request,
+    state_indices_for_request,
+)
+from sglang.srt.disaggregation.decode import SchedulerDisaggregationDecodeMixin
+from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
+from sglang.srt.disaggregation.utils import (
+    get_kv_transfer_buf_infos,
+    setup_state_kv_args,
+)
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+from sglang.srt.mem_cache.memory_pool import (
+    MHATokenToKVPool,
+    MHATokenToKVPoolMXFP8,
+    ReqToTokenPool,
+)
+from sglang.srt.runtime_context import get_parallel
+from sglang.test.ci.ci_register import register_cpu_ci
+
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+
+REQ_POOL_IDX = 2
+PAGES = [5, 2, 7]
+NUM_PAGES = 8
+
+
+class _OnDevice(torch.Tensor):
+    """CPU index tensor standing in for the device tensor `compute` expects."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+class _CpuChecksumComputer(KvChecksumComputer):
+    """The real computer; only its CUDA index tensors are CPU ones here."""
+
+    def compute(self, kv_page_indices_gpu, state_indices_gpu=None):
+        tag = lambda t: None if t is None else t.as_subclass(_OnDevice)  # noqa: E731
+        return super().compute(tag(kv_page_indices_gpu), tag(state_indices_gpu))
+
+
+def _kv_args(pool):
+    kv_args = SimpleNamespace()
+    kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = (
+        get_kv_transfer_buf_infos(pool)
+    )
+    setup_state_kv_args(kv_args, pool)
+    return kv_args
+
+
+def _computer(kv_args):
+    return _CpuChecksumComputer(
+        torch.device("cpu"),
+        kv_data_ptrs=kv_args.kv_data_ptrs,
+        kv_item_lens=kv_args.kv_item_lens,
+        state_data_ptrs=kv_args.state_data_ptrs,
+        state_item_lens=kv_args.state_item_lens,
+    )
+
+
+def _req_to_token_pool(page_size, pages):
+    pool = ReqToTokenPool(
+        size=4,
+        max_context_len=len(pages) * page_size,
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    pool.req_to_token[REQ_POOL_IDX] = torch.tensor(
+        [p * page_size + o for p in pages for o in range(page_size)],
+        dtype=torch.int32,
+    )
+    return pool
+
+
+def _mha_engine(pool_cls, page_size=128):
+    pool = pool_cls(
+        size=NUM_PAGES * page_size,
+        page_size=page_size,
+        dtype=(
+            torch.float8_e4m3fn if pool_cls is MHATokenToKVPoolMXFP8 else torch.bfloat16
+        ),
+        head_num=2,
+        head_dim=64,
+        layer_num=2,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
+    allocator = PagedTokenToKVPoolAllocator(
+        NUM_PAGES * page_size,
+        page_size=page_size,
+        dtype=pool.dtype,
+        device="cpu",
+        kvcache=pool,
+        need_sort=False,
+    )
+    return pool, allocator, _req_to_token_pool(page_size, PAGES)
+
+
+def _deepseek_v4_engine(page_size=256):
+    """DeepSeekV4TokenToKVPool needs GPU kernels to construct; keep its class and
+    buffer-info methods and give it small CPU buffers: C4/C128 KV, paged SWA KV
+    and C4 compress state (SWA), request-scoped C128 state (DSV4_REQUEST_STATE)."""
+
+    def buf(rows, width, dtype=torch.uint8):
+        return torch.zeros((rows, width), dtype=dtype)
+
+    def state_pool(ratio, request_scoped):
+        return SimpleNamespace(
+            ratio=ratio,
+            request_scoped=request_scoped,
+            ring_size=8,
+            online=False,
+            kv_score_buffer=SimpleNamespace(
+                kv_score=buf(NUM_PAGES * 8, 8, torch.float32)
+            ),
+        )
+
+    pool = DeepSeekV4TokenToKVPool.__new__(DeepSeekV4TokenToKVPool)
+    pool.page_size = pool.swa_page_size = page_size
+    pool.compression_ratios = [0, 4, 128, 4]
+    pool._stage_start, pool._stage_end = 0, 4
+    pool._unified_kv = False
+    pool.request_window = None
+    pool.kv_pools = {
+        4: SimpleNamespace(kv_buffer=[buf(NUM_PAGES, 64), buf(NUM_PAGES, 64)]),
+        128: SimpleNamespace(kv_buffer=[buf(NUM_PAGES, 16)]),
+    }
+    pool.index_pools = {}
+    pool.swa_kv_pool = SimpleNamespace(
+        page_size=page_size, kv_buffer=[buf(NUM_PAGES, 48) for _ in range(4)]
+    )
+    pool.compress_state_pools = [
+        None,
+        state_pool(4, False),
+        state_pool(128, True),
+        state_pool(4, False),
+    ]
+    pool.indexer_compress_state_pools = [None, None, None, None]
+    allocator = SWATokenToKVPoolAllocator.__new__(SWATokenToKVPoolAllocator)
+    allocator.page_size = page_size
+    allocator._kvcache = pool
+    return pool, allocator, _req_to_token_pool(page_size, PAGES)
+
+
+class _FakePrefillScheduler(SchedulerDisaggregationPrefillMixin):
+    def __init__(self, allocator, req_to_token_pool, kv_args):
+        self.token_to_kv_pool_allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.kv_checksum_computer = _computer(kv_args)
+        self.enable_staging = False
+        self.disagg_prefill_pending_chunk_rids = set()
+        self.disagg_prefill_bootstrap_queue = SimpleNamespace(
+            kv_checksum_signature=0x5EED,
+            kv_manager=SimpleNamespace(kv_args=kv_args),
+        )
+        self.disagg_metadata_buffers = SimpleNamespace(
+            set_buf=Mock(), set_kv_checksum=Mock()
+        )
+
+
+class _FakeDecodeScheduler(SchedulerDisaggregationDecodeMixin):
+    def __init__(self, allocator, req_to_token_pool, kv_args):
+        self.token_to_kv_pool_allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.kv_checksum_computer = _computer(kv_args)
+        self.disagg_decode_prealloc_queue = SimpleNamespace(
+            kv_manager=SimpleNamespace(should_verify_kv_checksum=lambda addr: True)
+        )
+        self.attn_tp_cpu_group = None
+
+
+def _sender():
+    sender = Mock(supports_host_tensor_indices=False)
+    sender.get_max_transfer_tokens.return_value = None
+    sender.should_send_kv_chunk.return_value = True
+    return sender
+
+
+def _prefill_req(seq_len, sender):
+    return SimpleNamespace(
+        rid="r0",
+        origin_input_ids=[0] * seq_len,
+        extend_end=seq_len,
+        kv=SimpleNamespace(req_pool_idx=REQ_POOL_IDX),
+        disagg_kv_sender=sender,
+        start_send_idx=0,
+        disagg_decode_prefix_len=0,
+    )
+
+
+def _decode_batch(seq_len):
+    req = SimpleNamespace(
+        rid="r0",
+        bootstrap_room=12345,
+        bootstrap_host="10.0.0.1",
+        bootstrap_port=8998,
+        kv=SimpleNamespace(req_pool_idx=REQ_POOL_IDX, cache_protected_len=0),
+        origin_input_ids=[0] * seq_len,
+        expected_kv_checksum=0x1234,
+        return_logprob=False,
+    )
+    return SimpleNamespace(reqs=[req], filter_batch=Mock())
+
+
+def _kernel_call(kernel):
+    ptrs, lens, indices = kernel.call_args.args
+    return list(ptrs), list(lens), [t.tolist() for t in indices]
+
+
+class TestKvChecksumStateIndices(unittest.TestCase):
+    def setUp(self) -> None:
+        self.enterContext(get_parallel().override(attn_dcp_size=1))
+        self.kernel = self.enterContext(
+            patch.object(checksum, "adler32_strided_checksum", return_value=0x1234)
+        )
+
+    def test_mxfp8_block_scale_state_indices_are_the_kv_pages(self):
+        pool, allocator, req_to_token_pool = _mha_engine(MHATokenToKVPoolMXFP8)
+        self.assertEqual(_kv_args(pool).state_types, [StateType.BLOCK_SCALE])
+        sched = SimpleNamespace(
+            token_to_kv_pool_allocator=allocator, req_to_token_pool=req_to_token_pool
+        )
+        req = SimpleNamespace(kv=SimpleNamespace(req_pool_idx=REQ_POOL_IDX))
+        for start_idx in (0, 128):
+            with self.subTest(start_idx=start_idx):
+                state = state_indices_for_request(sched, req, 300, start_idx)
+                self.assertIsNotNone(state)
+                self.assertEqual(
+                    state.tolist(),
+                    page_indices_for_request(sched, req, 300, start_idx).tolist(),
+                )
+
+    def test_mxfp8_prefill_digests_the_block_scales_it_sends(self):
+        pool, allocator, req_to_token_pool = _mha_engine(MHATokenToKVPoolMXFP8)
+        kv_args = _kv_args(pool)
+        sched = _FakePrefillScheduler(allocator, req_to_token_pool, kv_args)
+        sender = _sender()
+        sched.send_kv_chunk(_prefill_req(300, sender), last_chunk=True)
+
+        sent_pages, sent_state = sender.send.call_args.args
+        sent_scales = np.asarray(sent_state[0]).reshape(-1).tolist()
+        self.assertEqual([int(p) for p in sent_pages], PAGES)
+        self.assertEqual(sent_scales, PAGES)
+        ptrs, lens, indices = _kernel_call(self.kernel)
+        num_kv = len(kv_args.kv_data_ptrs)
+        self.assertEqual(ptrs[num_kv:], kv_args.state_data_ptrs[0])
+        self.assertEqual(lens[num_kv:], kv_args.state_item_lens[0])
+        self.assertEqual(indices, [PAGES] * num_kv + [sent_scales] * (len(ptrs) - num_kv))
+        sched.disagg_metadata_buffers.set_kv_checksum.assert_called_once()
+
+    def test_mxfp8_decode_verifies_its_block_scales(self):
+        pool, allocator, req_to_token_pool = _mha_engine(MHATokenToKVPoolMXFP8)
+        kv_args = _kv_args(pool)
+        sched = _FakeDecodeScheduler(allocator, req_to_token_pool, kv_args)
+        batch = _decode_batch(300)
+        with patch.object(decode, "all_reduce_flags", lambda flags, group, op: flags):
+            sched._verify_kv_checksums(batch)
+        batch.filter_batch.assert_not_called()
+        _, _, indices = _kernel_call(self.kernel)
+        self.assertEqual(indices, [PAGES] * len(indices))
+        self.assertEqual(
+            len(indices), len(kv_args.kv_data_ptrs) + len(kv_args.state_data_ptrs[0])
+        )
+
+    def test_deepseek_v4_checksum_does_not_raise(self):
+        pool, allocator, req_to_token_pool = _deepseek_v4_engine()
+        kv_args = _kv_args(pool)
+        self.assertEqual(
+            kv_args.state_types, [StateType.SWA, StateType.DSV4_REQUEST_STATE]
+        )
+        sched = _FakePrefillScheduler(allocator, req_to_token_pool, kv_args)
+        # the V4 state payloads need the whole pool; only the digest is under test
+        sched._send_kv_chunk = Mock()
+        sched.send_kv_chunk(_prefill_req(600, _sender()), last_chunk=True)
+        sched._send_kv_chunk.assert_called_once()
+        sched.disagg_metadata_buffers.set_kv_checksum.assert_called_once()
+        ptrs, _, indices = _kernel_call(self.kernel)
+        self.assertEqual(ptrs[: len(kv_args.kv_data_ptrs)], kv_args.kv_data_ptrs)
+        self.assertEqual(indices[: len(kv_args.kv_data_ptrs)], [PAGES] * len(kv_args.kv_data_ptrs))
+
+        dsched = _FakeDecodeScheduler(allocator, req_to_token_pool, kv_args)
+        batch = _decode_batch(600)
+        with patch.object(decode, "all_reduce_flags", lambda flags, group, op: flags):
+            dsched._verify_kv_checksums(batch)
+        batch.filter_batch.assert_not_called()
+
+    def test_pool_without_state_digests_kv_only(self):
+        pool, allocator, req_to_token_pool = _mha_engine(MHATokenToKVPool)
+        kv_args = _kv_args(pool)
+        self.assertEqual(kv_args.state_types, [])
+        sched = _FakePrefillScheduler(allocator, req_to_token_pool, kv_args)
+        sched.send_kv_chunk(_prefill_req(300, _sender()), last_chunk=True)
+        ptrs, _, indices = _kernel_call(self.kernel)
+        self.assertEqual(ptrs, kv_args.kv_data_ptrs)
+        self.assertEqual(indices, [PAGES] * len(ptrs))
+
+
+if __name__ == "__main__":
+    unittest.main()
