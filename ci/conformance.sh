@@ -43,6 +43,8 @@ fi
 # crashes torch 2.14's import (SystemError "bad call flags"); the reports are restricted to the files of the functions under test.
 # A failing property (exit 1) is judged by the findings gate below; anything worse stops here.
 code=0
+# every call into an SGLang function under test is also checked against its own annotations (typeguard)
+[ -n "$PATCH" ] || export PDVERIFY_CHECK_ANNOTATIONS="$PWD/$OUT/annotations.json"
 "$VENV/bin/python" -m coverage run --branch --context=sglang-cpu --data-file="$OUT/.coverage" --source=sglang \
   -m pdverify.cli.main check --target sglang --profile "${PROFILE:-ci}" --device cpu --report "$OUT/check.json" || code=$?
 [ "$code" -le 1 ] || { echo "conformance: pdverify check exited $code" >&2; exit "$code"; }
@@ -61,6 +63,9 @@ fi
 # signature (pdverify.findings) - or, with a patch, the fixed one no longer reproduced
 "$VENV/bin/python" ci/findings_gate.py "$OUT/check.json" "findings/sglang-$RELEASE.json" ${FIXES:+--fixed "$FIXES"}
 if [ -z "$PATCH" ]; then
+  # every annotation mismatch is recorded: an upstream annotation its own callers contradict, or an adapter bug
+  unset PDVERIFY_CHECK_ANNOTATIONS
+  "$VENV/bin/python" ci/annotations_gate.py "$OUT/annotations.json" "findings/annotations-$RELEASE.json"
   # a recorded finding must not blind its property: second defects planted behind each are reported new
   "$VENV/bin/python" ci/planted_defects.py "findings/sglang-$RELEASE.json" --out "$OUT/plants"
 fi

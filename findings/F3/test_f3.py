@@ -202,7 +202,9 @@ class TestKvChecksumRebootstrap(unittest.TestCase):
             prompt_len, emitted, True
         )
         pool = _row_pool(-(-registered // page_size), page_size)
-        prefill = _FakePrefillScheduler(_allocator(page_size, _swa_pool()), pool, window)
+        prefill = _FakePrefillScheduler(
+            _allocator(page_size, _swa_pool()), pool, window
+        )
         prefill_digest, _ = _prefill_digest(prefill, payload_ids)
         decode_sched = _FakeDecodeScheduler(
             _allocator(page_size, _swa_pool()), pool, window

@@ -63,8 +63,13 @@ def recording(fn: F, package: str) -> F:
         names = RECORDING.names
         if names is None:
             return fn(*args, **kwargs)
+        from pdverify.targets.annotations import checker
+
+        annotations = checker()
 
         def hook(frame: FrameType, event: str, arg: Any) -> None:
+            if annotations is not None and event in ("call", "return"):
+                annotations.on_event(frame, event, arg)
             if event == "call" and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
                 module = frame.f_globals.get("__name__", "")
                 if module.startswith(prefix) or module == package:

@@ -261,10 +261,12 @@ def sglang_decode_page_indices(  # pragma: no cover - conformance venv
 ) -> Any:
     """The function-level ``decode_page_indices`` unit on SGLang's own ``DecodePreallocQueue._transfer_page_indices``
     (``self`` is unused) over the row slice ``pop_preallocated`` takes."""
-    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue, DecodeRequest
 
     kv = req_to_token[req_pool_idx][decode_prefix_len:origin_input_len]
-    return DecodePreallocQueue._transfer_page_indices(None, None, kv, page_size)
+    # ``self`` and the request are not read; a DecodeRequest of stand-ins keeps the call within its annotations
+    request = DecodeRequest(req=SimpleNamespace(), kv_receiver=None)
+    return DecodePreallocQueue._transfer_page_indices(None, request, kv, page_size)
 
 
 def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - conformance venv
