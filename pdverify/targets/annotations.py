@@ -119,7 +119,7 @@ def _resolve(spec: str) -> Any:
             obj = getattr(obj, part)
     except (ImportError, AttributeError):
         return None
-    obj = inspect.unwrap(obj)
+    obj = inspect.unwrap(obj.__func__ if inspect.ismethod(obj) else obj)  # a classmethod resolves bound
     return obj if inspect.isfunction(obj) else None
 
 
