@@ -108,7 +108,10 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
     rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and SWA pages for all the tails
     but a shortfall (shrinks to none)."""
-    ps, window = case.page_size, c.integer(1, 40)
+    # half the windows are short (up to two pages): only then does a radix prefix stop before the SWA tail, so a
+    # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
+    ps = case.page_size
+    window = c.integer(1, 2 * ps) if c.boolean() else c.integer(1, 40)
     reach = max(window, ps) + 1 if case.radix else window
     requests, need = [], 0
     for r in case.requests:
