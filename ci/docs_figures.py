@@ -57,7 +57,31 @@ def gate_table() -> str | None:
     return "\n".join(rows) if len(rows) > 2 else None
 
 
-BLOCKS = {"evidence": ("docs/release-matrix.md", evidence_table), "gate": ("docs/findings.md", gate_table)}
+def generation_table() -> str | None:
+    path = ROOT / "reports" / "mutate-generation.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    rows = ["| family | mutants | killed on every seed | runs killed | median | p95 | max |"]
+    rows.append("|---|---|---|---|---|---|---|")
+    for name, s in [("**all**", data["summary"]["overall"]), *data["summary"]["families"].items()]:
+        killed, runs = f"{s['killed']} ({s['kill_rate']:.0%})", f"{s['runs_killed']}/{s['runs']}"
+        rows.append(f"| {name} | {s['mutants']} | {killed} | {runs} | {s['median']:.0f} | {s['p95']:.0f} | {s['max']} |")
+    missed = [
+        f"{m['id']} ({sum(n is not None for n in m['examples_to_failure'])}/{len(m['seeds'])})"
+        for m in data["mutants"]
+        if not all(n is not None for n in m["examples_to_failure"])
+    ]
+    seeds = ", ".join(map(str, data["seeds"]))
+    rows += ["", f"Seeds {seeds}; {data['wall_s']:.0f} s wall. Not killed on every seed: {', '.join(missed) or 'none'}."]
+    return "\n".join(rows)
+
+
+BLOCKS = {
+    "evidence": ("docs/release-matrix.md", evidence_table),
+    "gate": ("docs/findings.md", gate_table),
+    "generation": ("docs/measurements.md", generation_table),
+}
 
 
 def main(argv: list[str]) -> int:
