@@ -66,14 +66,16 @@ def generation_table() -> str | None:
     rows.append("|---|---|---|---|---|---|---|")
     for name, s in [("**all**", data["summary"]["overall"]), *data["summary"]["families"].items()]:
         killed, runs = f"{s['killed']} ({s['kill_rate']:.0%})", f"{s['runs_killed']}/{s['runs']}"
-        rows.append(f"| {name} | {s['mutants']} | {killed} | {runs} | {s['median']:.0f} | {s['p95']:.0f} | {s['max']} |")
+        spread = f"{s['median']:.0f} | {s['p95']:.0f} | {s['max']}"
+        rows.append(f"| {name} | {s['mutants']} | {killed} | {runs} | {spread} |")
     missed = [
         f"{m['id']} ({sum(n is not None for n in m['examples_to_failure'])}/{len(m['seeds'])})"
         for m in data["mutants"]
         if not all(n is not None for n in m["examples_to_failure"])
     ]
     seeds = ", ".join(map(str, data["seeds"]))
-    rows += ["", f"Seeds {seeds}; {data['wall_s']:.0f} s wall. Not killed on every seed: {', '.join(missed) or 'none'}."]
+    missed_text = ", ".join(missed) or "none"
+    rows += ["", f"Seeds {seeds}; {data['wall_s']:.0f} s wall. Not killed on every seed: {missed_text}."]
     return "\n".join(rows)
 
 
