@@ -56,6 +56,10 @@ def _run(
     batch = with_defaults(batch)  # a request built without a registered field holds its default
     within_domain(DOMAIN.decode_prefix or not any(r.prefix_len for r in batch.reqs), "a decode prefix")
     within_domain(DOMAIN.rebootstrap or all(r.extend_end <= r.seq_len for r in batch.reqs), "a rebootstrap")
+    within_domain(
+        DOMAIN.seeded_computed or all(r.retracted_stain or not r.already_computed for r in batch.reqs),
+        "a seeded already_computed (before 0.5.13)",
+    )
     expected = expected_prebuilt(batch, expected_effects())
     if not batch.reqs:
         note_event("empty batch")

@@ -318,7 +318,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
     digests: list[tuple[int, ...] | None] = []
-    _kv_checksum(sched, case.kv_checksum, digests)
+    checksum_kernel = _kv_checksum(sched, case.kv_checksum, digests)
     req: Any = SimpleNamespace(
         rid=f"{HEALTH_CHECK_RID_PREFIX}r0" if case.health_check else "r0",
         origin_input_ids=[0] * case.length,
@@ -345,6 +345,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     from sglang.srt.runtime_context import get_parallel
 
     with (
+        checksum_kernel,
         _patched_schedule(prefill, case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
         # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
@@ -428,23 +429,60 @@ def _bootstrap_world(
         yield
 
 
-def _kv_checksum(sched: Any, enabled: bool, digests: list[tuple[int, ...] | None]) -> None:
-    """``--disaggregation-enable-kv-checksum``: a checksum computer that records the page ids it was asked to
-    digest (the real one runs an Adler-32 kernel over the registered KV buffers on CUDA), and the metadata
-    buffers' ``set_kv_checksum`` recording each digest set (0: set undigested)."""
-    pending: list[tuple[int, ...]] = []
+CHECKSUM_ITEM = 4096
+"""Bytes of one page of the registered KV buffer the checksum addresses."""
+CHECKSUM_BASE = 1 << 40
+"""The registered buffer's address: the stand-in kernel never dereferences it, it reads back which page each
+address names."""
 
-    class Computer:
+
+def _kv_checksum(
+    sched: Any, enabled: bool, digests: list[tuple[int, ...] | None]
+) -> contextlib.AbstractContextManager[Any]:
+    """``--disaggregation-enable-kv-checksum`` with SGLang's own ``KvChecksumComputer`` and ``adler32_strided_checksum``
+    (index selection, the per-item address arithmetic ``base + id * item_len``, the state-index rule). Only what
+    cannot run on CPU is stood in for: the CUDA kernel, which here turns each address it is given back into the page
+    it names (``(address - base) / item_len``) and digests those, and the ``is_cuda`` checks on the index tensors.
+    The metadata buffers' ``set_kv_checksum`` records the pages each digest read (None: set to 0, undigested). The
+    returned context patches the kernel for the run."""
+    import zlib
+
+    from sglang.kernels.ops.memory import adler32
+    from sglang.srt.disaggregation.checksum import KvChecksumComputer
+
+    read: list[tuple[int, ...]] = []
+
+    class CpuKernel:  # the JIT module: the one piece that needs CUDA
+        def adler32_strided(self, ptrs: Any, lens: Any, states: Any, total: int) -> None:
+            offsets = [int(p) - CHECKSUM_BASE for p in ptrs.tolist()]
+            assert all(o % CHECKSUM_ITEM == 0 for o in offsets), f"addresses off the page grid: {offsets[:4]}"
+            pages = tuple(o // CHECKSUM_ITEM for o in offsets)
+            read.append(pages)
+            states[0] = zlib.adler32(repr(pages).encode())
+
+        def adler32_reduce(self, states: Any, result: Any, n: int) -> None:
+            result[0] = states[0]
+
+    class OnDevice(torch.Tensor):  # compute() asserts the indices live on the GPU
+        @property
+        def is_cuda(self) -> bool:  # type: ignore[override]
+            return True
+
+    class Computer(KvChecksumComputer):  # type: ignore[misc]
         def compute(self, kv_page_indices_gpu: Any, state_indices_gpu: Any = None) -> int:
-            pending.append(int_tuple(kv_page_indices_gpu))
-            return len(pending)
+            state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
+            return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
 
     def set_kv_checksum(req: Any, digest: int, signature: int) -> None:
-        digests.append(pending.pop() if digest else None)
+        # a digest over no page never reaches the kernel (adler32_strided_checksum returns 1): an empty read
+        digests.append((read.pop() if read else ()) if digest else None)
 
-    sched.kv_checksum_computer = Computer() if enabled else None
+    sched.kv_checksum_computer = (
+        Computer(torch.device("cpu"), kv_data_ptrs=[CHECKSUM_BASE], kv_item_lens=[CHECKSUM_ITEM]) if enabled else None
+    )
     sched.disagg_metadata_buffers.set_kv_checksum = set_kv_checksum
     sched.disagg_prefill_bootstrap_queue.kv_checksum_signature = 77
+    return mock.patch.object(adler32, "_jit_adler32_module", lambda: CpuKernel())
 
 
 def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
