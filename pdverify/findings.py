@@ -104,6 +104,27 @@ def _t1_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return message.startswith(f"out_cache_loc: {from_zero} != expected ")
 
 
+_AFTER = re.compile(r"cached_tokens=(-?\d+), cached_tokens_device=(-?\d+), already_computed=(-?\d+)")
+
+
+def _t2_shows(kwargs: Mapping[str, Any]) -> bool:
+    batch = kwargs.get("batch")
+    reqs = getattr(batch, "reqs", ())
+    return any(getattr(r, "prefix_len", 0) > 0 and not getattr(r, "retracted_stain", False) for r in reqs)
+
+
+def _t2_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P23's message when only ``cached_tokens_device`` is wrong, left where it was: decode's prefix hit (on the
+    device) was not counted as device-cached (before #25973)."""
+    head = re.match(r"request (\d+): ", message)
+    after = _AFTER.findall(message)
+    if head is None or len(after) != 2:
+        return False
+    (got_c, got_d, got_a), (want_c, want_d, want_a) = after
+    before = kwargs["batch"].reqs[int(head.group(1))].cached_tokens_device
+    return (got_c, got_a) == (want_c, want_a) and int(got_d) == before != int(want_d)
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -116,6 +137,16 @@ KNOWN: dict[str, KnownDefect] = {
             "(fixed in 0.5.12, upstream #24230)",
             _t1_shows,
             _t1_explains,
+        ),
+        KnownDefect(
+            "T2",
+            "P23",
+            "sglang",
+            ("0.5.11", "0.5.12", "0.5.12.post1"),
+            "prepare_for_prebuilt leaves cached_tokens_device where it was when decode's radix cache supplies a "
+            "prefix: the device hit is not counted (fixed in 0.5.13, upstream #25973)",
+            _t2_shows,
+            _t2_explains,
         ),
         KnownDefect(
             "F1",
