@@ -260,6 +260,7 @@ def run_case(*, page_size, length, prefill_kw, decode_kw) -> dict:
         rid="r0", bootstrap_room=4242, bootstrap_host="10.0.0.1", bootstrap_port=8998,
         kv=SimpleNamespace(req_pool_idx=d.req_pool_idx, cache_protected_len=0),
         origin_input_ids=[0] * length, expected_kv_checksum=psched.checksums[0], return_logprob=False,
+        output_ids=[0],  # the handoff token, as a real Req holds it after the first transfer
     )  # fmt: skip
     batch = SimpleNamespace(reqs=[dreq])
     batch.filter_batch = lambda keep_indices: setattr(batch, "reqs", [batch.reqs[i] for i in keep_indices])

@@ -157,6 +157,7 @@ def _decode_batch():
         origin_input_ids=[0] * SEQ_LEN,
         expected_kv_checksum=0x1234,
         return_logprob=False,
+        output_ids=[0],  # the handoff token, as a real Req holds it after the first transfer
     )
     return SimpleNamespace(reqs=[req], filter_batch=Mock())
 

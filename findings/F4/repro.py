@@ -333,6 +333,7 @@ def run_case(*, kind: str, length: int, prefill_pages: list[int], decode_pages: 
         kv=SimpleNamespace(req_pool_idx=d.req_pool_idx, cache_protected_len=0), origin_input_ids=[0] * length,
         # prefill never set a digest when it crashed; any non-zero value arms decode's check
         expected_kv_checksum=r["prefill_digest"] or 1, return_logprob=False,
+        output_ids=[0],  # the handoff token, as a real Req holds it after the first transfer
     )  # fmt: skip
     batch = SimpleNamespace(reqs=[dreq])
     batch.filter_batch = lambda keep_indices: setattr(batch, "reqs", [batch.reqs[i] for i in keep_indices])

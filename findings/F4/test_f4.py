@@ -224,6 +224,7 @@ def _decode_batch(seq_len):
         origin_input_ids=[0] * seq_len,
         expected_kv_checksum=0x1234,
         return_logprob=False,
+        output_ids=[0],  # the handoff token, as a real Req holds it after the first transfer
     )
     return SimpleNamespace(reqs=[req], filter_batch=Mock())
 
