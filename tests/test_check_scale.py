@@ -73,7 +73,7 @@ def test_titles_wrap_at_words_and_absent_devices_fold() -> None:
         _result("P20", "counts", "cpu", "failed"),
         _result("P20", "counts", "cuda", "skipped", absent),
     ]
-    text = render_table(rows, colour=False)
+    text = render_table(rows, colour=False, width=120)
     lines = text.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("P19"))
     assert lines[first].split()[-5] == "slices" and lines[first + 1].split()[0] == "concatenated", text
@@ -144,7 +144,8 @@ def test_list_names_every_property(capsys: pytest.CaptureFixture[str]) -> None:
     for pid in load_properties():
         assert any(line.split()[:1] == [pid] for line in out.splitlines()), pid
     assert "#35070" in out and "prepare_for_prebuilt" in out
-    text = render_list(list(load_properties().values()), colour=False)
+    text = render_list(list(load_properties().values()), colour=False, width=160)
+    assert "-k test_p19_out_cache_loc" in text and "test_prebuilt.py" in text
     assert "every release that has the units" in text
 
 

@@ -11,7 +11,6 @@ import contextlib
 import datetime as dt
 import importlib.metadata
 import io
-import os
 import random
 import re
 import shlex
@@ -289,7 +288,7 @@ def run_check(
 
     width = terminal_width()
 
-    interactive = bool(getattr(sys.stdout, "isatty", lambda: False)()) or "COLUMNS" in os.environ
+    interactive = bool(getattr(sys.stdout, "isatty", lambda: False)())
 
     def wrapped(text: str, indent: str = "  ") -> str:
         """Prose wrapped to the terminal; in a pipe or a CI log one line per message, for grep (a reproduce command
