@@ -263,12 +263,13 @@ def run_check(
     bad = [r for r in ran if r.status != "passed"]
     message = ""
     never_drawn = sorted(name for name, n in collector.fields.items() if not n)
+    nothing_selected = code == pytest.ExitCode.NO_TESTS_COLLECTED and bool(keyword)
     if stopped:
         message = (
             f"interrupted by {interrupt.describe()} after {duration:.1f}s: unfinished and unrun properties are marked "
             "so; this run verified nothing past that point"
         )
-    elif code == pytest.ExitCode.NO_TESTS_COLLECTED and keyword:
+    elif nothing_selected:
         message = f"-k {keyword!r} selects no property (pdverify list shows each property's -k name)"
     elif code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         message = f"pytest could not run the suite: {log.getvalue().strip().splitlines()[-1:]}"
@@ -281,7 +282,7 @@ def run_check(
         message = "no property ran on this target (all not applicable, deselected or skipped): nothing was verified"
     if stopped:
         exit_code = interrupt.exit_code()
-    elif code == pytest.ExitCode.NO_TESTS_COLLECTED and keyword:
+    elif nothing_selected:
         exit_code = exitcodes.USAGE
     else:
         exit_code = exitcodes.FAILED if (bad or not ran or message) else exitcodes.OK

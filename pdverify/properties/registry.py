@@ -208,16 +208,12 @@ def prop(
             try:
                 with time_limit(EXAMPLES.timeout if timed else 0):
                     return fn(*args, **kwargs)
-            except AssertionError as exc:
-                defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
-                if defect is not None:
-                    EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
-                    reject()  # a recorded finding, reproduced: set aside, and the search goes on
-                EXAMPLES.last_kwargs = dict(kwargs)
-                if EXAMPLES.first_failure is None:
-                    EXAMPLES.first_failure = EXAMPLES.examples
-                raise
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, AssertionError):
+                    defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
+                    if defect is not None:
+                        EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
+                        reject()  # a recorded finding, reproduced: set aside, and the search goes on
                 # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
                 # are the counterexample (a hang's are the hanging example's).
                 EXAMPLES.last_kwargs = dict(kwargs)
