@@ -251,6 +251,10 @@ class QueueTrace:
     """Requests holding a radix lock after the pass."""
     host: tuple[bool, ...] = ()
     """Per admitted request: received into host memory (its pages and ``allocated`` are host ones, no row)."""
+    rows_left: int | None = None
+    """Request-to-token rows still free after the pass (None: the target does not say; Q4 then fails)."""
+    buffers_left: int | None = None
+    """Metadata buffers still free after the pass (None: the target does not say; Q4 then fails)."""
     events: tuple[tuple[str, int], ...] = ()
     """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
     (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""
@@ -270,7 +274,7 @@ class Admission:
     host: bool = False
 
 
-def queue_trace(admissions: list[Admission], **rest: tuple[Any, ...]) -> QueueTrace:
+def queue_trace(admissions: list[Admission], **rest: Any) -> QueueTrace:
     """The trace of a pass from its admissions (in order) and the rest of ``QueueTrace``'s fields."""
     return QueueTrace(
         admitted=tuple(a.index for a in admissions),

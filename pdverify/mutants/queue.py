@@ -317,3 +317,16 @@ def swa_not_streamed(case: DecodeQueueCase, device: str) -> QueueTrace:
     trace = PreallocPass(case, device).run()
     aborted = {i for i in trace.failed if case.requests[i].aborted}
     return replace(trace, streamed=tuple(i for i in trace.streamed if i in aborted))
+
+
+class _BufferKept(PreallocPass):
+    def fits(self, i: int) -> bool:
+        ok = super().fits(i)
+        if not ok and self.free_buffers:
+            self.free_buffers.pop()  # taken for the request before the budget check, never given back
+        return ok
+
+
+@mutant("XQ28", "decode_queue", "missing release", "a request the budget turns away keeps the metadata buffer it took")
+def buffer_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _BufferKept(case, device).run()

@@ -211,6 +211,8 @@ class PreallocPass:
             streamed=tuple(self.streamed),
             cleared=tuple(self.cleared),
             locked=tuple(sorted(self.locks)),
+            rows_left=len(self.free_rows),
+            buffers_left=len(self.free_buffers),
             events=tuple(self.events),
         )
 

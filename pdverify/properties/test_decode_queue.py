@@ -6,7 +6,8 @@ and streamed once; admission is first come first served in queue (or priority) o
 still bootstrapping or whose LoRA adapter does not fit, and stops at the first request without a metadata buffer,
 a request row or the token budget; the queue keeps the rest in order. Q4 checks the admitted requests' resources
 on their own: every destination list names exactly the pages the request was given, no page twice across
-requests, never page 0; distinct buffers and rows; the allocated tokens within the budget.
+requests, never page 0; distinct buffers and rows, and no row or buffer taken beyond them; the allocated tokens
+within the budget.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
     "each admitted request's destination list (int32) names exactly the fresh pages it was given, for what prefill "
     "sends past its matched prefix (a rebootstrapped request: its outputs too); its row holds its prefix then those "
     "pages; no fresh page is given twice, none is page 0, a prefix page or outside the free list; buffers and rows "
-    "are distinct; the fresh tokens stay within the budget",
+    "are distinct, one row per device admission and one buffer per admission taken from the free ones, no more; "
+    "the fresh tokens stay within the budget",
     needs=NEEDS,
     case=decode_queues(),
 )
@@ -249,6 +251,17 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
     )
     used = len(given) * ps
     assert used <= case.token_budget, f"{used} tokens allocated, the budget was {case.token_budget}"
+    assert trace.rows_left is not None and trace.buffers_left is not None, (
+        "the target does not report the request rows and metadata buffers left free after the pass "
+        "(QueueTrace.rows_left, QueueTrace.buffers_left)"
+    )
+    assert trace.rows_left == case.request_rows - len(rows), (
+        f"{trace.rows_left} of {case.request_rows} request rows left free after {len(rows)} device admissions "
+        f"({n - len(rows)} on host, which take none): a row was taken and not given, or given back twice"
+    )
+    assert trace.buffers_left == case.metadata_buffers - n, (
+        f"{trace.buffers_left} of {case.metadata_buffers} metadata buffers left free after {n} admissions"
+    )
 
 
 def _check_host(

@@ -16,7 +16,7 @@ pending). ``decode.get_disagg`` is patched for the call only.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import numpy as np
@@ -32,7 +32,7 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 
     pool_pages = max(free_pages, default=0) + 1
-    allocator = PagedTokenToKVPoolAllocator(
+    allocator: Any = PagedTokenToKVPoolAllocator(
         pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache, need_sort=False
     )
     allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
@@ -49,16 +49,18 @@ def _queue_base() -> Any:
     bootstrap polling, which need live connections) a no-op; the budget is ample unless a driver overrides it."""
     from sglang.srt.disaggregation import decode
 
-    class Queue(decode.DecodePreallocQueue):  # type: ignore[misc]
+    class Queue(decode.DecodePreallocQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.pp_size = 1
             self.pending_reqs: list[Any] = []
             self.retracted_queue: list[Any] = []
             self.num_reserved_decode_tokens, self._num_published_destinations = 0, 0
             self.draft_token_to_kv_pool = None
-            self.transfer_queue = SimpleNamespace(enable_staging=False, queue=[])
-            self.tree_cache = SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
-            self.transfer_backend = None
+            self.transfer_queue = cast(Any, SimpleNamespace(enable_staging=False, queue=[]))
+            self.tree_cache = cast(
+                Any, SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
+            )
+            self.transfer_backend = cast(Any, None)
 
         def _resolve_pending_reqs(self) -> None:
             pass
@@ -66,7 +68,7 @@ def _queue_base() -> Any:
         def _update_handshake_waiters(self, *args: Any) -> None:
             pass
 
-        def _allocatable_token_budgets(self, **kw: Any) -> int:
+        def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
             return 10**9
 
     return Queue
@@ -198,7 +200,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
     req.kv.set_evicted_seqlen = lambda component, seqlen: None
-    q.queue = [decode.DecodeRequest(req=req, kv_receiver=Receiver(), waiting_for_input=True)]
+    q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     with (
         mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
@@ -260,8 +262,9 @@ def _hybrid_swa_pool(
                                           need_sort=False)  # fmt: skip
     for side, free in ((allocator.full_attn_allocator, free_pages), (allocator.swa_attn_allocator,
                                                                      swa_free_pages)):  # fmt: skip
-        side.free_pages = torch.tensor(free, dtype=torch.int64)
-        side.release_pages = torch.empty((0,), dtype=torch.int64)
+        pool: Any = side
+        pool.free_pages = torch.tensor(free, dtype=torch.int64)
+        pool.release_pages = torch.empty((0,), dtype=torch.int64)
     return kvcache, allocator
 
 
@@ -390,7 +393,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def can_schedule_lora_req(req: Any, running_loras: set[Any]) -> bool:
         if req.lora_id in running_loras:
             return True
-        return bool(LoRAManager.validate_lora_batch(lora_manager, {req.lora_id} | running_loras))
+        return bool(LoRAManager.validate_lora_batch(cast(Any, lora_manager), {req.lora_id} | running_loras))
 
     running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
     q: Any = Queue()
@@ -444,7 +447,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         reqs.append(req)
     q.queue = [
         decode.DecodeRequest(
-            req=req, kv_receiver=Receiver(req.rid), waiting_for_input=r.bootstrapped, is_rebootstrap=r.rebootstrap
+            req=req,
+            kv_receiver=cast(Any, Receiver(req.rid)),
+            waiting_for_input=r.bootstrapped,
+            is_rebootstrap=r.rebootstrap,
         )
         for req, r in zip(reqs, case.requests, strict=True)
     ]
@@ -483,5 +489,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         streamed=tuple(index(rid) for rid in streamed),
         cleared=tuple(index(rid) for rid in cleared),
         locked=tuple(sorted(index(rid) for rid in held)),
+        rows_left=int(req_pool.available_size()),
+        buffers_left=int(q.req_to_metadata_buffer_idx_allocator.available_size()),
         events=tuple(events),
     )
