@@ -74,13 +74,18 @@ def _f1_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _f2_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A translated pool with the checksum on, for a request that sends a page of ``[D, L)`` whose physical id
+    differs from its virtual one (where every sent page maps to itself the two digests agree)."""
     case = kwargs.get("case")
-    return (
-        case is not None
-        and bool(getattr(case, "kv_checksum", False))
-        and not getattr(case, "health_check", False)
-        and getattr(case, "translation", None) is not None
-    )
+    if (
+        case is None
+        or not getattr(case, "kv_checksum", False)
+        or getattr(case, "health_check", False)
+        or getattr(case, "translation", None) is None
+    ):
+        return False
+    ps = case.page_size
+    return any(case.translation[loc // ps] != loc // ps for loc in case.row[case.decode_prefix :: ps])
 
 
 def _f2_explains(kwargs: Mapping[str, Any], message: str) -> bool:

@@ -24,9 +24,9 @@ def prefill_cases(
     """A request on the prefill side: a page size, a prompt of ``0..max_length`` tokens on fragmented distinct
     pages, a page-aligned decode prefix ``D`` anywhere in ``[0, L]`` (``D == L``: a full decode hit), a chunk
     schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
-    ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (any prefix below ``L``:
-    unaligned ones are skipped by the code), an int64 virtual-to-physical translation (a page table) or none, any
-    subset of
+    ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (half of them a page-aligned
+    prefix in ``(D, L)``, the kind the code sends; the rest any prefix below ``L``, which the code skips when
+    unaligned or within ``D``), an int64 virtual-to-physical translation (a page table) or none, any subset of
     the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
     its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health check);
     with an early send, a HiCache host hit behind its device prefix or none."""
@@ -65,7 +65,7 @@ def draw_prefill_sends(
     pages = distinct_sample(c, 1, count + 64, count)
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     mode = c.pick(MODES)
-    early = c.integer(0, n - 1) if n and c.boolean() else None
+    early = _early_prefix(c, n, d, ps)
     window = shared.window if shared else c.integer(1, 40)
     case = PrefillCase(
         page_size=ps,
@@ -92,6 +92,19 @@ def draw_prefill_sends(
     if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
         case = replace(case, extra=draw_fields(c))
     return case
+
+
+def _early_prefix(c: Choices, n: int, d: int, ps: int) -> int | None:
+    """The cached prefix an early send may cover: none half the time; else, half the time, a page-aligned one
+    in ``(D, L)`` - the only kind the code sends early, and a uniform draw below ``L`` hits one about once in
+    ``page_size`` (the generation-only measurement missed the overlap wait there) - otherwise any prefix below
+    ``L`` (unaligned, or within decode's prefix: skipped by the code)."""
+    if not n or not c.boolean():
+        return None
+    lo, hi = d // ps + 1, (n - 1) // ps
+    if lo <= hi and c.boolean():
+        return c.integer(lo, hi) * ps
+    return c.integer(0, n - 1)
 
 
 def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:

@@ -24,7 +24,8 @@ def decode_queues(
 ) -> st.SearchStrategy[DecodeQueueCase]:
     """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a
     prompt of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still
-    waiting for its receiver, aborted (its abort streamed already or not) or live; FIFO or priority scheduling
+    waiting for its receiver, aborted (its abort streamed already or not) or live, rebootstrapped or first-time
+    (each of the three rarities switched off for a whole pass half the time: swarm testing); FIFO or priority scheduling
     (either order, priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base
     model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
     requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
@@ -57,23 +58,27 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     restrict = c.boolean()
     radix = c.boolean()
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
+    # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
+    # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
+    # drowned by a rarity in one of its k requests
+    aborts, waits, rebootstraps = c.boolean(), c.boolean(), c.boolean()
     requests = []
     for _ in range(k):
-        aborted = c.integer(0, 3) == 3  # one in four; shrinks to live
+        aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
         length = c.integer(1, max_length)
         requests.append(
             QueuedRequest(
                 length=length,
                 output_len=c.integer(0, 3),
                 max_new_tokens=c.integer(1, 32),
-                bootstrapped=c.integer(0, 3) != 3,
+                bootstrapped=not (waits and c.integer(0, 3) == 3),
                 aborted=aborted,
                 abort_streamed=aborted and c.boolean(),
                 priority=c.integer(0, 3) if order else 0,
                 lora=c.pick(ADAPTERS) if max_loras else None,
                 checked=c.integer(0, 3) != 3 if restrict else True,
                 prefix_pages=tuple(shared[: c.integer(0, length // ps)]) if radix else (),
-                rebootstrap=c.integer(0, 3) == 3,
+                rebootstrap=rebootstraps and c.integer(0, 3) == 3,
                 host_capable=c.boolean(),
                 extra=draw_fields(c),
             )
@@ -99,7 +104,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         allocation_policy="early" if c.boolean() else None,
         **_host_receive(c, requests, ps, radix),
     )
-    if ps > 1 and case.host_threshold == 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
+    if case.host_threshold < 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
+        # a boundary: exactly the rows the device-bound requests need, so a host-received request that took a row
+        # would leave a later one without (rows are no contract, their count is)
+        case = replace(case, request_rows=sum(1 for i in range(k) if not case.to_host(i)))
+    if ps > 1 and case.host_threshold == 1.0 and c.boolean():
         case = _with_swa_pool(c, case)
     return case
 
@@ -107,34 +116,47 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
 def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
     rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and SWA pages for all the tails
-    but a shortfall (shrinks to none)."""
+    but a shortfall (shrinks to none), or - where a request holds a radix prefix, half the time - one page short
+    of that request's tail."""
     # half the windows are short (up to two pages): only then does a radix prefix stop before the SWA tail, so a
     # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
     ps = case.page_size
     window = c.integer(1, 2 * ps) if c.boolean() else c.integer(1, 40)
     reach = max(window, ps) + 1 if case.radix else window
-    requests, need = [], 0
+    requests, tails = [], []
     for r in case.requests:
         r = replace(r, output_len=r.output_len if r.rebootstrap else min(r.output_len, 1))
         tail = r.fill_len - max(0, r.fill_len - reach) // ps * ps
         prefix = (r.fill_len - tail) // ps if case.radix and not r.rebootstrap else len(r.prefix_pages)
         requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))
-        need += pages_needed(tail, ps)
-    count = need - _shortfall(c, need)
+        tails.append(pages_needed(tail, ps))
+    need = sum(tails)
+    locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j]]
+    if locked and c.boolean():
+        # a boundary: one page short of the tail of a request that holds a radix prefix (the requests before it
+        # served), the shortfall that makes a locked request fail for its tail - a uniform one rarely does
+        j = c.pick(locked)
+        count = sum(tails[:j]) + tails[j] - 1
+    else:
+        count = need - _shortfall(c, need)
     pages = tuple(distinct_sample(c, 1, count + 32, count))
     return replace(case, requests=tuple(requests), swa_free_pages=pages, window=window)
 
 
 def _host_receive(c: Choices, requests: list[QueuedRequest], ps: int, radix: bool) -> dict[str, Any]:
-    """Host receive off, or on with a threshold, the device pool's usage either side of it, host pages for
-    0..all of the host-capable requests' prompts and a host reserve."""
-    if radix or not c.boolean():
+    """Host receive off, or on with a host reserve, a threshold, the device pool's usage above, at or below it and
+    host pages for all of the host-capable requests' prompts and the reserve, less a shortfall."""
+    if radix or c.integer(0, 2) == 0:  # on in two of three passes without the radix cache
         return {}
-    need = sum(pages_needed(r.length, ps) for r in requests if r.host_capable)
-    host = c.integer(0, need + 1)
+    reserve = c.integer(0, 2 * ps)
+    # enough host pages for every host-capable prompt and its reserve, less a shortfall (shrinks to none): a
+    # uniform count left the host pool short in most passes, so a host admission was rare
+    need = sum(pages_needed(r.length, ps) for r in requests if r.host_capable) + pages_needed(reserve, ps)
+    host = need - _shortfall(c, need)
+    threshold = (0.5, 0.8, 0.95)[c.integer(0, 2)]
     return {
-        "host_threshold": (0.5, 0.8, 0.95)[c.integer(0, 2)],
-        "pool_usage": (0.9, 0.6, 1.0)[c.integer(0, 2)],
+        "host_threshold": threshold,
+        "pool_usage": threshold + (0.05, 0.0, -0.1)[c.integer(0, 2)],  # above, exactly at (``>=``), below
         "host_free_pages": tuple(distinct_sample(c, 1, host + 32, host)),
-        "host_reserved_tokens": c.integer(0, 2 * ps),
+        "host_reserved_tokens": reserve,
     }
