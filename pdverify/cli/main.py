@@ -159,7 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     mutate = sub.add_parser("mutate", help="run the suite against every catalogued mutant and print the mutation score")
     mutate.add_argument("--profile", choices=sorted(PROFILES), default="mutate")
-    mutate.add_argument("--only", default=None, help="only mutants whose id or function contains this text")
+    mutate.add_argument(
+        "--only",
+        default=None,
+        help="only mutants whose id or function contains this text (several: comma-separated, e.g. XO01,XQ2)",
+    )
     mutate.add_argument("--jobs", type=_number(int, 1), default=min(2, os.cpu_count() or 1), help="worker processes")
     mutate.add_argument("--json", default=None, help="write the per-mutant results as JSON here")
     mutate.add_argument(

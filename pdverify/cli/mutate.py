@@ -148,13 +148,21 @@ def generation_summary(results: list[GenerationResult]) -> dict[str, Any]:
     return {"overall": stats(results), "families": {f: stats([r for r in results if r.family == f]) for f in families}}
 
 
+def selected(m: Any, only: str | None) -> bool:
+    """Whether mutant ``m`` is chosen by ``--only``: comma-separated texts, any of which its id or function
+    contains (None: every mutant)."""
+    if only is None:
+        return True
+    return any(part and (part in m.id or part in m.function) for part in only.split(","))
+
+
 def run_generation_only(
     *, only: str | None, jobs: int, seeds: list[int], json_path: Path | None, md_path: Path | None, echo: Any = print
 ) -> int:
     """``pdverify mutate --generation-only``: how many generated examples each mutant takes to fail."""
     from pdverify.mutants.catalogue import load_all
 
-    chosen = [m for m in load_all().values() if only is None or only in m.id or only in m.function]
+    chosen = [m for m in load_all().values() if selected(m, only)]
     if not chosen:
         echo(f"pdverify mutate: no mutant matches {only!r}: nothing ran")
         return exitcodes.FAILED
@@ -211,7 +219,7 @@ def run_mutate(
     from pdverify.mutants.catalogue import load_all
 
     catalogue = load_all()
-    chosen = [m for m in catalogue.values() if only is None or only in m.id or only in m.function]
+    chosen = [m for m in catalogue.values() if selected(m, only)]
     if not chosen:
         echo(f"pdverify mutate: no mutant matches {only!r}: nothing ran")
         return exitcodes.FAILED
