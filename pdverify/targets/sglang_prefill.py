@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import numpy as np
@@ -265,8 +265,8 @@ def sglang_decode_page_indices(  # pragma: no cover - conformance venv
 
     kv = req_to_token[req_pool_idx][decode_prefix_len:origin_input_len]
     # ``self`` and the request are not read; a DecodeRequest of stand-ins keeps the call within its annotations
-    request = DecodeRequest(req=SimpleNamespace(), kv_receiver=None)
-    return DecodePreallocQueue._transfer_page_indices(None, request, kv, page_size)
+    request = DecodeRequest(req=cast(Any, SimpleNamespace()), kv_receiver=cast(Any, None))
+    return DecodePreallocQueue._transfer_page_indices(cast(Any, None), request, kv, page_size)
 
 
 def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - conformance venv
@@ -310,10 +310,10 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
 
     buffers = _BufferPool(case.aux_index, busy_polls=case.buffer_waits)
 
-    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc]
+    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
-            self.req_to_metadata_buffer_idx_allocator = buffers
+            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
@@ -465,10 +465,10 @@ def _kv_checksum(
 
     class OnDevice(torch.Tensor):  # compute() asserts the indices live on the GPU
         @property
-        def is_cuda(self) -> bool:  # type: ignore[override]
+        def is_cuda(self) -> bool:  # type: ignore[override, unused-ignore]
             return True
 
-    class Computer(KvChecksumComputer):  # type: ignore[misc]
+    class Computer(KvChecksumComputer):  # type: ignore[misc, unused-ignore]
         def compute(self, kv_page_indices_gpu: Any, state_indices_gpu: Any = None) -> int:
             state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
             return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
@@ -511,10 +511,11 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     sender = _common_sender(manager, case.room)
     buffers = _BufferPool(case.aux_index, busy_polls=0)
 
-    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc]
+    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
-            self.scheduler = SimpleNamespace(token_to_kv_pool_allocator=SimpleNamespace(page_size=case.page_size))
-            self.req_to_metadata_buffer_idx_allocator = buffers
+            allocator = SimpleNamespace(page_size=case.page_size)
+            self.scheduler = cast(Any, SimpleNamespace(token_to_kv_pool_allocator=allocator))
+            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
 
     req: Any = SimpleNamespace(
         rid="r0",

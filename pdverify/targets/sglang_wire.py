@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,9 @@ def sglang_wire_roundtrip(  # pragma: no cover - conformance venv
         manager,
         bootstrap_room=7,
         required_dst_info_num=1,
-        kv_indices=pages,
+        kv_indices=cast(
+            "npt.NDArray[np.int32]", pages
+        ),  # annotated int32, what decode sends; any dtype is passed as drawn
         aux_index=aux_index,
         state_indices=state,
         decode_prefix_len=decode_prefix_len,
