@@ -83,6 +83,11 @@ def table(before: dict[str, Any], after: dict[str, Any], base: str) -> str:
     return "\n".join(lines)
 
 
+def _seeds(n: int) -> list[int]:
+    """The seeds ``pdverify mutate --generation-only --seeds n`` uses (``pdverify.cli.main``)."""
+    return [20261201 + k for k in range(n)]
+
+
 def _at(ref: str, tmp: Path, name: str, args: argparse.Namespace) -> dict[str, Any]:
     """The measurement of commit ``ref``, checked out in a temporary worktree."""
     tree = tmp / name
@@ -97,6 +102,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default=BASE, help=f"the commit to compare with (default {BASE})")
     ap.add_argument("--after", default=None, help="a commit to measure instead of this working tree")
+    ap.add_argument(
+        "--before-json", type=Path, help="reuse the base's measurement from an earlier --json of this script"
+    )
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default=None, help="mutants whose id or function contains one of these (comma-separated)")
@@ -104,7 +112,13 @@ def main() -> int:
     ap.add_argument("--md", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        before = _at(args.base, Path(tmp), "before", args)
+        if args.before_json:
+            earlier = json.loads(args.before_json.read_text())
+            if earlier["base"] != args.base or earlier["before"]["seeds"] != _seeds(args.seeds):
+                raise SystemExit(f"{args.before_json} measured {earlier['base']} on other seeds: rerun without it")
+            before = earlier["before"]
+        else:
+            before = _at(args.base, Path(tmp), "before", args)
         if args.after:
             after = _at(args.after, Path(tmp), "after", args)
         else:

@@ -13,7 +13,7 @@ from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
 from pdverify.strategies.fields import REGISTRY, draw_fields
-from pdverify.strategies.layouts import draw_chunk_ends, page_size_list
+from pdverify.strategies.layouts import boundary_length, boundary_prefix, draw_chunk_ends, page_size_list
 
 MODES = ("plain", "dcp", "staging")
 
@@ -22,7 +22,8 @@ def prefill_cases(
     *, max_length: int = 96, max_chunks: int = 6, max_page_size: int = 16
 ) -> st.SearchStrategy[PrefillCase]:
     """A request on the prefill side: a page size, a prompt of ``0..max_length`` tokens on fragmented distinct
-    pages, a page-aligned decode prefix ``D`` anywhere in ``[0, L]`` (``D == L``: a full decode hit), a chunk
+    pages (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in
+    ``[0, L]`` (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk
     schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
     ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (half of them a page-aligned
     prefix in ``(D, L)``, the kind the code sends; the rest any prefix below ``L``, which the code skips when
@@ -44,8 +45,8 @@ def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_pag
 def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
     ps = c.pick(page_size_list(max_page_size))
-    n = c.integer(0, max_length)
-    d = c.integer(0, n // ps) * ps
+    n = boundary_length(c, 0, max_length, ps)
+    d = boundary_prefix(c, n, ps)
     return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks)
 
 
@@ -134,9 +135,10 @@ def state_lists(*, max_lists: int = 4, max_size: int = 16) -> st.SearchStrategy[
 
 
 def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[DecodeCase]:
-    """A request admitted on decode: a page size, a prompt of ``1..max_length`` tokens and 0..3 output tokens;
-    the decode radix cache off (no prefix) or on with a device (L1) prefix and a decode prefix ``D >= L1`` (both
-    page-aligned, ``D`` up to ``L``) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
+    """A request admitted on decode: a page size, a prompt of ``1..max_length`` tokens (half of them at a page
+    boundary or one off it) and 0..3 output tokens; the decode radix cache off (no prefix) or on with a device (L1)
+    prefix and a decode prefix ``D >= L1`` (both page-aligned, ``D`` up to ``L``, one time in four the largest;
+    ``L1 == D`` one time in four) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
     request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the
     allocator's free pages in a fragmented order; any subset of the page-strided state types; with a page size
     above 1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with
@@ -155,13 +157,13 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
 def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
     ps = c.pick(page_size_list(max_page_size))
-    n = c.integer(1, max_length)
+    n = boundary_length(c, 1, max_length, ps)
     outputs = c.integer(0, 3)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
     if c.boolean():  # decode radix cache (and HiCache) on
-        d = c.integer(0, n // ps) * ps
-        l1 = c.integer(0, d // ps) * ps
+        d = boundary_prefix(c, n, ps)
+        l1 = d if c.integer(0, 3) == 3 else c.integer(0, d // ps) * ps  # one time in four the whole hit on device
     needed = l1 // ps + pages_needed(fill, ps) + 8
     pages = distinct_sample(c, 1, needed + 32, needed)
     width = fill + ps

@@ -102,6 +102,23 @@ def draw_paged_row(
     return PagedRow(tuple(pages), length, ps, d)
 
 
+def boundary_length(c: Choices, lo: int, hi: int, ps: int) -> int:
+    """A length in ``[lo, hi]``: half the time at a page boundary of ``ps`` - a multiple of it or one off either
+    side (within range), where page arithmetic goes wrong - otherwise any (shrinks towards ``lo``)."""
+    if hi >= lo and c.boolean():
+        k = c.integer(lo // ps, hi // ps)
+        return min(hi, max(lo, k * ps + (0, -1, 1)[c.integer(0, 2)]))
+    return c.integer(lo, hi)
+
+
+def boundary_prefix(c: Choices, n: int, ps: int) -> int:
+    """A page-aligned prefix in ``[0, n]``: one time in four the largest (``D == L`` when ``n`` is aligned, else the
+    last page partly past it), otherwise any (shrinks to 0)."""
+    if n >= ps and c.integer(0, 3) == 3:
+        return n // ps * ps
+    return c.integer(0, n // ps) * ps
+
+
 def chunk_schedules(
     length: int,
     *,
