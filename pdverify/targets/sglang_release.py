@@ -18,7 +18,8 @@ Releases moved and renamed the units under test (read from the released wheels, 
   ``decode_queue``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against the
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
-  why, so the report shows "not applicable (... no driver for this release's form)", never a pass.
+  why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.22, whose paged allocator first has a CPU path.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ from pdverify.targets.protocol import Target, TargetError
 
 SCHEDULER_DRIVERS_FROM = "0.5.23"
 """The first release whose scheduler-level PD code has the form the drivers are written against."""
+DECODE_QUEUE_DRIVER_FROM = "0.5.22"
+"""The first release the ``pop_preallocated`` driver runs on: 0.5.22's paged allocator gained a torch-native
+``alloc_extend`` path (``alloc_extend_naive``); before, ``alloc_extend`` launches its Triton kernel only."""
+EARLIER_FORM = {
+    "decode_queue": "its paged allocator's alloc_extend launches a Triton kernel only (no CPU path before 0.5.22's "
+    "alloc_extend_naive); the driver needs a stand-in for that kernel, not written yet",
+}
+"""Why a scheduler-level unit has no driver before its driver's first release, where the reason is not the
+0.5.23 transfer hooks the other drivers call."""
 CHUNK_SENDER_FROM = "0.5.21"
 """The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units)."""
 
@@ -122,13 +132,20 @@ def sglang_release_target() -> Target:
         "prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation (came in 0.4.6.post5)"
     )
 
-    def drive(units: tuple[str, ...], since: str, load: Callable[[], tuple[Any, ...]]) -> None:
-        """Supply ``units`` with pdverify's drivers of SGLang's own methods from release ``since``."""
-        if version < Version(since):
-            for unit in units:
-                sources.append((unit, f"no driver for sglang {release}'s form of this path (drivers cover {since}+)"))
-            return
-        for unit, driver in zip(units, load(), strict=True):
+    def drive(units: tuple[str, ...], since: dict[str, str], load: Callable[[], tuple[Any, ...]]) -> None:
+        """Supply each of ``units`` with pdverify's driver of SGLang's own methods from release ``since[unit]``."""
+        if all(version < Version(since[u]) for u in units):
+            drivers: tuple[Any, ...] = (None,) * len(units)
+        else:
+            drivers = load()
+        for unit, driver in zip(units, drivers, strict=True):
+            if version < Version(since[unit]):
+                why = EARLIER_FORM.get(unit, "")
+                sources.append(
+                    (unit, f"no driver for sglang {release}'s form of this path (drivers cover {since[unit]}+)"
+                     + (f": {why}" if why else ""))
+                )  # fmt: skip
+                continue
             supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
 
     def scheduler_drivers() -> tuple[Any, ...]:
@@ -150,12 +167,18 @@ def sglang_release_target() -> Target:
 
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
-    drive(
-        ("prefill_exchange", "kv_sender", "bootstrap", "decode_prealloc", "decode_queue", "wire_roundtrip"),
-        SCHEDULER_DRIVERS_FROM,
-        scheduler_drivers,
+    scheduler_units = (
+        "prefill_exchange",
+        "kv_sender",
+        "bootstrap",
+        "decode_prealloc",
+        "decode_queue",
+        "wire_roundtrip",
     )
-    drive(("send_kv_chunk", "decode_page_indices"), CHUNK_SENDER_FROM, sender_drivers)
+    since = {u: SCHEDULER_DRIVERS_FROM for u in scheduler_units} | {"decode_queue": DECODE_QUEUE_DRIVER_FROM}
+    drive(scheduler_units, since, scheduler_drivers)
+    sender_units = ("send_kv_chunk", "decode_page_indices")
+    drive(sender_units, dict.fromkeys(sender_units, CHUNK_SENDER_FROM), sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     # every unit notes the SGLang functions its calls enter (the run report's ``calls`` per property)
     units = {unit: recording(fn, "sglang") for unit, fn in units.items()}
