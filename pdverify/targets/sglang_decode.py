@@ -44,6 +44,59 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     return allocator
 
 
+class AllocExtendKernel:
+    """A CPU stand-in for SGLang's Triton ``alloc_extend_kernel``, for releases whose paged allocator has no
+    torch-native path (0.5.21 and before; 0.5.22 added ``alloc_extend_naive``). ``kernel[(bs,)](...)`` runs the
+    kernel's program for every ``pid`` in plain Python, part for part: the request's slots of ``[pre_len,
+    seq_len)`` written at its offset in ``out_indices`` (the extend lengths of the requests before it) - first the
+    rest of its old partial page (``last_loc + 1, ...``), then whole new pages, then a new partial page, the new
+    pages read from ``free_pages`` after those the requests before it took. Where the kernel would read past
+    ``free_pages`` (the allocator then returns None and discards the output) it writes 0."""
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        (bs,) = grid
+
+        def launch(pre_lens: Any, seq_lens: Any, last_loc: Any, free_pages: Any, out: Any, *meta: Any) -> None:
+            ps = int(meta[-1])
+            pre, seq, last = pre_lens.tolist(), seq_lens.tolist(), last_loc.tolist()
+            free = free_pages.tolist()
+
+            def page(k: int) -> int:
+                return int(free[k]) if 0 <= k < len(free) else 0
+
+            def cdiv(a: int, b: int) -> int:
+                return -(-a // b)
+
+            for pid in range(bs):
+                at = sum(seq[k] - pre[k] for k in range(pid))
+                first_new = sum(cdiv(seq[k], ps) - cdiv(pre[k], ps) for k in range(pid))
+                p, q = pre[pid], seq[pid]
+                part1 = min(q, cdiv(p, ps) * ps) - p
+                values = [last[pid] + 1 + j for j in range(part1)]
+                if p + part1 < q:
+                    part2 = q // ps * ps - cdiv(p, ps) * ps
+                    values += [page(first_new + j // ps) * ps + j % ps for j in range(part2)]
+                    if p + part1 + part2 < q:
+                        start = page(first_new + cdiv(q, ps) - cdiv(p, ps) - 1)
+                        values += [start * ps + j for j in range(q - q // ps * ps)]
+                if values:
+                    out[at : at + len(values)] = torch.tensor(values, dtype=out.dtype)
+
+        return launch
+
+
+def _cpu_alloc_extend() -> Any:
+    """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's paged allocator
+    has no CPU path; a no-op from 0.5.22 on (its own ``alloc_extend_naive`` runs)."""
+    import contextlib
+
+    from sglang.srt.mem_cache.allocator import paged
+
+    if hasattr(paged, "alloc_extend_naive"):
+        return contextlib.nullcontext()
+    return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
+
+
 def _queue_base() -> Any:
     """``DecodePreallocQueue`` with ``__init__`` skipped and the handshake (prefill DP rank resolution and
     bootstrap polling, which need live connections) a no-op; the budget is ample unless a driver overrides it."""
@@ -461,6 +514,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     with (
         mock.patch.object(decode, "get_disagg", lambda: disagg),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not case.radix)),
+        _cpu_alloc_extend(),
     ):
         done, failed = q.pop_preallocated(rids_to_check=checked)
 

@@ -1,0 +1,46 @@
+"""The CPU stand-ins for SGLang's Triton kernels agree with SGLang's own torch-native code for the same kernel.
+
+``AllocExtendKernel`` stands in for ``alloc_extend_kernel`` on releases whose paged allocator has no CPU path
+(0.5.21 and before); from 0.5.22 SGLang ships ``alloc_extend_naive``, its own CPU version of that kernel, which is
+the reference here. Runs in the conformance environment (``.venv-sglang``); skipped where SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdverify.targets.sglang_decode import AllocExtendKernel
+
+paged = pytest.importorskip("sglang.srt.mem_cache.allocator.paged", reason="needs SGLang (the conformance env)")
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[int, list[int], list[int], list[int], list[int]]:
+    """A page size, 1..4 requests each with a prefix and a longer or equal sequence, the last slot of each prefix
+    (on a page the request holds, at the prefix's offset in it) and enough distinct free pages for every one."""
+    ps = draw(st.sampled_from([1, 2, 3, 4, 16]))
+    k = draw(st.integers(1, 4))
+    pre = [draw(st.integers(0, 40)) for _ in range(k)]
+    seq = [p + draw(st.integers(0, 40)) for p in pre]
+    need = sum(-(-q // ps) - -(-p // ps) for p, q in zip(pre, seq, strict=True))
+    free = draw(st.permutations(list(range(100, 100 + need + draw(st.integers(0, 3))))))
+    last = [draw(st.integers(1, 90)) * ps + (p - 1) % ps if p else -1 for p in pre]
+    return ps, pre, seq, last, list(free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_alloc_extend_stand_in_matches_sglangs_own_cpu_path(batch: tuple[int, list[int], ...]) -> None:
+    ps, pre, seq, last, free = batch
+    if not hasattr(paged, "alloc_extend_naive"):
+        pytest.skip("this release has no alloc_extend_naive to compare with")
+    args = [torch.tensor(v, dtype=torch.int64) for v in (pre, seq, last, free)]
+    n = sum(q - p for p, q in zip(pre, seq, strict=True))
+    want = torch.full((n,), -7, dtype=torch.int64)
+    paged.alloc_extend_naive(*args, want, ps, "cpu")
+    got = torch.full((n,), -7, dtype=torch.int64)
+    AllocExtendKernel()[(len(pre),)](*args, got, 4, ps)
+    assert got.tolist() == want.tolist(), (ps, pre, seq, last, free)
