@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 
 from pdverify.targets.sglang_decode import AllocExtendKernel
 
+Batch = tuple[int, list[int], list[int], list[int], list[int]]
+
 paged = pytest.importorskip("sglang.srt.mem_cache.allocator.paged", reason="needs SGLang (the conformance env)")
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> tuple[int, list[int], list[int], list[int], list[int]]:
+def batches(draw: st.DrawFn) -> Batch:
     """A page size, 1..4 requests each with a prefix and a longer or equal sequence, the last slot of each prefix
     (on a page the request holds, at the prefix's offset in it) and enough distinct free pages for every one."""
     ps = draw(st.sampled_from([1, 2, 3, 4, 16]))
@@ -33,7 +35,7 @@ def batches(draw: st.DrawFn) -> tuple[int, list[int], list[int], list[int], list
 
 @settings(max_examples=300, deadline=None)
 @given(batches())
-def test_alloc_extend_stand_in_matches_sglangs_own_cpu_path(batch: tuple[int, list[int], ...]) -> None:
+def test_alloc_extend_stand_in_matches_sglangs_own_cpu_path(batch: Batch) -> None:
     ps, pre, seq, last, free = batch
     if not hasattr(paged, "alloc_extend_naive"):
         pytest.skip("this release has no alloc_extend_naive to compare with")
