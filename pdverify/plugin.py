@@ -19,7 +19,7 @@ import torch
 from pdverify import profiles
 from pdverify.devices import DEVICES, cuda_available
 from pdverify.local_constants import pin_local_constants
-from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, reset_examples
+from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, clause_statuses, reset_examples
 from pdverify.properties.releases import bind_release
 from pdverify.targets import Target, TargetError, load_target
 from pdverify.targets.calls import close_recording, open_recording
@@ -113,8 +113,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"{NOT_APPLICABLE}: target {tgt.name!r} does not supply {', '.join(missing)}{_why(tgt, missing)}")
     function = getattr(item, "function", None)
     info = PROPERTIES.get(getattr(function, "pdverify_property", ""))
-    contract = info.contract if info is not None else getattr(function, "pdverify_contract", None)
-    out_of_range = contract.not_applicable(tgt.release) if contract is not None else None
+    if info is not None:
+        out_of_range = info.not_applicable(tgt.release)
+    else:
+        contract = getattr(function, "pdverify_contract", None)
+        out_of_range = contract.not_applicable(tgt.release) if contract is not None else None
     if out_of_range:
         pytest.skip(out_of_range)
 
@@ -213,12 +216,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = outcome.get_result()
     if call.when != "call" or item.get_closest_marker("needs") is None:
         return
+    info = PROPERTIES.get(getattr(getattr(item, "obj", None), "pdverify_property", ""))
+    release = item.config.stash[TARGET_KEY].release
     if call.excinfo is None:
         known = [k for k, n in EXAMPLES.reproduced.items() if n]
         if known:
             report.user_properties.append(("pdverify_status", "known defect"))
+        if info is not None:
+            status = "known defect" if known else "passed"
+            report.user_properties.append(("pdverify_clauses", clause_statuses(info, release, status)))
         return
     exc = call.excinfo.value
+    if info is not None and not isinstance(exc, pytest.skip.Exception):
+        report.user_properties.append(("pdverify_clauses", clause_statuses(info, release, classify(exc))))
     if is_cuda_oom(exc):
         # As FlashInfer's conftest does: an OOM is a skip with its reason, and the frames holding device
         # tensors are cleared so that later properties do not inherit the memory.

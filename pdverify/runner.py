@@ -39,7 +39,7 @@ def run_property(
     missing = [fn for fn in info.needs if not target.supplies(fn)]
     if missing:
         return PropertyRun(info.id, "not applicable", 0, 0.0, f"target lacks {', '.join(missing)}")
-    out_of_range = info.contract.not_applicable(target.release)
+    out_of_range = info.not_applicable(target.release)
     if out_of_range:
         return PropertyRun(info.id, "not applicable", 0, 0.0, out_of_range)
     pin_local_constants()

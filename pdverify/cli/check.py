@@ -91,6 +91,7 @@ class Collector:
         if props.get("pdverify_first_failure") is not None:
             res.first_failure = int(props["pdverify_first_failure"])
         res.calls = sorted(set(res.calls) | set(props.get("pdverify_calls") or ()))
+        res.clauses = list(props.get("pdverify_clauses") or res.clauses)
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             reason = reason.removeprefix("Skipped: ")
@@ -251,7 +252,7 @@ def run_check(
     # profile would not change which profile runs (pdverify.plugin.bind_profile), but under xdist the
     # controller never imports them
     load_properties()
-    results = sorted((_identify(r) for r in collector.results.values()), key=_id_order)
+    results = sorted((_identify(r, target.release) for r in collector.results.values()), key=_id_order)
     base = ["pdverify", "check", "--target", spec, "--profile", profile]
     if not derandomized:
         base += ["--seed", str(chosen_seed)]
@@ -357,10 +358,19 @@ def run_check(
     return exit_code
 
 
-def _identify(r: PropertyResult) -> PropertyResult:
-    """The property id and title of a result (a test that is not a declared property keeps its name)."""
+def _identify(r: PropertyResult, release: str | None) -> PropertyResult:
+    """The property id and title of a result (a test that is not a declared property keeps its name), and its
+    clauses where the run reported none (a property that did not run: each clause not applicable, skipped or not
+    run as the property was)."""
     info = next((p for p in PROPERTIES.values() if p.name == r.test), None)
     r.id, r.title = (info.id, info.title) if info else ("upstream", f"regression test {r.test}")
+    if info is not None and not r.clauses:
+        r.clauses = [
+            {"name": c.name, "title": c.title, "contract": str(c.contract), "examples": 0,
+             "why": c.contract.not_applicable(release) or "",
+             "status": "not applicable" if c.contract.not_applicable(release) else r.status}
+            for c in info.clauses
+        ]  # fmt: skip
     return r
 
 

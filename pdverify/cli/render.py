@@ -239,7 +239,7 @@ def render_list(properties: Sequence[Any], *, colour: bool, width: int | None = 
     width = width or max(terminal_width(), 100)
     ordered = sorted(properties, key=lambda p: id_order(p.id))
     rows = [
-        (p.id, p.title, f"{p.module.rsplit('.', 1)[-1]}.py\n-k {p.name}", ", ".join(p.needs), str(p.contract))
+        (p.id, p.title, f"{p.module.rsplit('.', 1)[-1]}.py\n-k {p.name}", ", ".join(p.needs), p.contracts())
         for p in ordered
     ]
     rich = _rich()

@@ -36,6 +36,8 @@ class PropertyResult:
     """The functions of the release under test its examples called (``module:qualname``; release targets only)."""
     failures: list[dict[str, str]] = field(default_factory=list)
     """Each distinct failure when Hypothesis found several (status, message, counterexample); empty otherwise."""
+    clauses: list[dict[str, Any]] = field(default_factory=list)
+    """Each assertion clause of the property with its contract and status on this target (``registry.Clause``)."""
     kwargs: dict[str, str] | None = field(default=None, repr=False)
     """The counterexample's drawn arguments as Python source (``pdverify.cli.export.counterexample_literals``)."""
 

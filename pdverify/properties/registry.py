@@ -20,6 +20,7 @@ import pytest
 from hypothesis import assume, currently_in_test_context, event, example, given, reject
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
+from hypothesis.errors import UnsatisfiedAssumption
 
 from pdverify.properties.releases import ALL_RELEASES, FROM_31173, FROM_35070, Contract
 
@@ -49,11 +50,30 @@ class _Counter(threading.local):
     """Per recorded finding: examples whose failure it explains (set aside, the run goes on)."""
     progress: Callable[[int], None] | None = None
     """Told the running count after every example (``pdverify check``'s progress line on a terminal)."""
+    clauses: dict[str, Clause]
+    """The running property's clauses, by name (set for each example)."""
+    release: str | None = None
+    """The running example's target release (None: not a release; every clause applies)."""
+    current_clause: str = ""
+    """The clause whose assertions the body is checking now: the last one ``applies`` let in."""
+    clause_checked: dict[str, int]
+    """Per clause: examples that checked it."""
+    clause_known: dict[str, int]
+    """Per clause: examples whose failure there a recorded finding explained."""
+    failed_clause: str | None = None
+    """The clause of the last failing example (the counterexample's)."""
+    clause_seen: set[str]
+    """The clauses the running example has checked so far (each counts once an example)."""
+    suppressed: set[str]
+    """The clauses of the running example where a recorded finding's failure was set aside: the example is run
+    again without them, so that its other clauses are still checked past a known defect."""
 
 
 EXAMPLES = _Counter()
 """Examples executed since the last ``reset_examples()`` (on this thread)."""
 EXAMPLES.matched, EXAMPLES.reproduced = {}, {}
+EXAMPLES.clauses, EXAMPLES.clause_checked, EXAMPLES.clause_known, EXAMPLES.clause_seen = {}, {}, {}, set()
+EXAMPLES.suppressed = set()
 
 
 def count_example() -> None:
@@ -82,6 +102,73 @@ def reset_examples() -> None:
     EXAMPLES.last_kwargs = None
     EXAMPLES.inputs = hashlib.blake2b(digest_size=8)
     EXAMPLES.matched, EXAMPLES.reproduced = {}, {}
+    EXAMPLES.clause_checked, EXAMPLES.clause_known, EXAMPLES.failed_clause = {}, {}, None
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One assertion clause of a property, with the contract it encodes: a property bundles clauses whose contracts
+    may have begun in different releases, and each is checked wherever its own contract applies."""
+
+    name: str
+    contract: Contract = ALL_RELEASES
+    title: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"clause name must be a non-empty identifier, got {self.name!r}")
+        if not isinstance(self.contract, Contract):
+            raise TypeError(f"clause {self.name}: contract must be a Contract, got {self.contract!r}")
+
+
+MAIN = "main"
+"""The clause of a property declared without clauses: all of its assertions, under its ``contract``."""
+
+
+def applies_to(clause: Clause, release: str | None) -> bool:
+    """Whether ``clause`` is checked on ``release`` in the running example: its contract applies and no recorded
+    finding's failure in it was set aside on this input already."""
+    return clause.contract.not_applicable(release) is None and clause.name not in EXAMPLES.suppressed
+
+
+def applies(name: str) -> bool:
+    """Whether clause ``name`` of the running property applies to the example's target release; a property body
+    guards each clause's assertions with it (``if applies("seq_lens_cpu"): ...``). A clause that applies becomes the
+    current one: a failure that follows is that clause's (the report shows each clause's status)."""
+    clause = EXAMPLES.clauses.get(name)
+    if clause is None:
+        raise KeyError(f"no clause {name!r} declared for this property (declared: {', '.join(EXAMPLES.clauses)})")
+    if not applies_to(clause, EXAMPLES.release):
+        return False
+    EXAMPLES.current_clause = name
+    if name not in EXAMPLES.clause_seen:
+        EXAMPLES.clause_seen.add(name)
+        EXAMPLES.clause_checked[name] = EXAMPLES.clause_checked.get(name, 0) + 1
+    return True
+
+
+def clause_statuses(info: PropertyInfo, release: str | None, outcome: str) -> list[dict[str, Any]]:
+    """Each clause of ``info`` after a run on ``release`` whose property status was ``outcome``: ``not applicable``
+    (its contract excludes the release; the reason in ``why``), ``failed`` (the counterexample's clause), ``known
+    defect`` (a recorded finding's failures, set aside), ``passed`` (checked by at least one example) or ``not
+    reached`` (it applies, but no example got to it)."""
+    out = []
+    for c in info.clauses:
+        why = c.contract.not_applicable(release)
+        checked = EXAMPLES.clause_checked.get(c.name, 0)
+        if why:
+            status = "not applicable"
+        elif outcome in ("failed", "error", "timeout", "flaky") and EXAMPLES.failed_clause == c.name:
+            status = outcome
+        elif EXAMPLES.clause_known.get(c.name):
+            status = "known defect"
+        elif checked:
+            status = "passed"
+        else:
+            status = "not reached" if outcome != "not applicable" else "not applicable"
+        out.append({"name": c.name, "title": c.title, "contract": str(c.contract), "status": status,
+                    "examples": checked, "why": why or ""})  # fmt: skip
+    return out
 
 
 class Timer:
@@ -141,6 +228,17 @@ def within_domain(condition: bool, what: str) -> None:
         pytest.skip(f"{what} is outside the target release's input domain")
 
 
+def within_release(*cases: Any) -> None:
+    """``within_domain`` for the input features of ``cases`` (``input_features()``) that the target's release does not
+    have: an explicit example or a drawn input that uses a later release's feature is outside an earlier release's
+    domain, never a failure there."""
+    from pdverify.properties.releases import DOMAIN, FEATURES
+
+    for case in cases:
+        missing = [f for f in case.input_features() if f in FEATURES and not DOMAIN.has(f)]
+        within_domain(not missing, ", ".join(missing))
+
+
 def note_event(label: str) -> None:
     """``hypothesis.event`` inside a Hypothesis run; nothing when a property body is replayed on its own
     (an exported regression test)."""
@@ -148,7 +246,17 @@ def note_event(label: str) -> None:
         event(label)
 
 
-__all__ = ["ALL_RELEASES", "FROM_31173", "FROM_35070", "PROPERTIES", "Contract", "PropertyInfo", "prop"]
+__all__ = [
+    "ALL_RELEASES",
+    "FROM_31173",
+    "FROM_35070",
+    "PROPERTIES",
+    "Clause",
+    "Contract",
+    "PropertyInfo",
+    "applies",
+    "prop",
+]
 
 
 @dataclass(frozen=True)
@@ -159,10 +267,34 @@ class PropertyInfo:
     test: Callable[..., Any]
     module: str
     contract: Contract = ALL_RELEASES
+    """A property without clauses: its one contract. With clauses: every release (each clause has its own)."""
+    clauses: tuple[Clause, ...] = ()
+    """The property's assertion clauses, each with its contract (one ``main`` clause when none was declared)."""
 
     @property
     def name(self) -> str:
         return self.test.__name__
+
+    def not_applicable(self, release: str | None) -> str | None:
+        """Why the property does not apply to ``release``: only when none of its clauses does (None: it applies)."""
+        reasons = [c.contract.not_applicable(release) for c in self.clauses]
+        if any(r is None for r in reasons):
+            return None
+        if len(reasons) == 1:
+            return reasons[0]
+        return (
+            "not applicable (every clause: "
+            + "; ".join(
+                f"{c.name} {str(r).removeprefix('not applicable ')}" for c, r in zip(self.clauses, reasons, strict=True)
+            )
+            + ")"
+        )
+
+    def contracts(self) -> str:
+        """The contracts it encodes, as ``pdverify list`` shows them."""
+        if len(self.clauses) == 1:
+            return str(self.clauses[0].contract)
+        return "; ".join(f"{c.name}: {c.contract}" for c in self.clauses)
 
 
 PROPERTIES: dict[str, PropertyInfo] = {}
@@ -186,6 +318,7 @@ def prop(
     needs: tuple[str, ...],
     timed: bool = True,
     contract: Contract = ALL_RELEASES,
+    clauses: tuple[Clause, ...] = (),
     **strategies: st.SearchStrategy[Any],
 ) -> Callable[[F], F]:
     """Declare a property. The test takes ``target`` and ``device`` (pytest fixtures) plus the drawn data.
@@ -194,39 +327,61 @@ def prop(
     property with strategies. A property that runs many examples inside one call (a state machine) passes
     ``timed=False`` and puts the limit around each of its own examples (``ExampleClock``). ``contract`` names
     the releases whose contract the property encodes (``pdverify list``); on a release outside it the property
-    is not applicable.
+    is not applicable. A property whose assertions encode contracts that began in different releases declares
+    ``clauses`` instead, each with its own contract, and guards each clause's assertions with ``applies(name)``:
+    it is not applicable only where none of its clauses is, and the report shows each clause's status.
     """
 
     if not isinstance(contract, Contract):
         raise TypeError(f"property {id}: contract must be a pdverify.properties.releases.Contract, got {contract!r}")
+    if clauses and contract is not ALL_RELEASES:
+        raise TypeError(f"property {id}: give its clauses their contracts, not the property a contract of its own")
+    declared = clauses or (Clause(MAIN, contract),)
+    if len({c.name for c in declared}) != len(declared):
+        raise ValueError(f"property {id}: clause names must be distinct, got {[c.name for c in declared]}")
+    by_name = {c.name: c for c in declared}
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
             count_example()
             known = _known_defects(id, kwargs)
-            try:
-                with time_limit(EXAMPLES.timeout if timed else 0):
-                    return fn(*args, **kwargs)
-            except BaseException as exc:
-                if isinstance(exc, AssertionError):
-                    defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
-                    if defect is not None:
-                        EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
-                        reject()  # a recorded finding, reproduced: set aside, and the search goes on
-                # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
-                # are the counterexample (a hang's are the hanging example's).
-                EXAMPLES.last_kwargs = dict(kwargs)
-                if EXAMPLES.first_failure is None:
-                    EXAMPLES.first_failure = EXAMPLES.examples
-                raise
+            EXAMPLES.release = getattr(kwargs.get("target"), "release", None)
+            EXAMPLES.suppressed, EXAMPLES.clause_seen = set(), set()
+            if not clauses:
+                EXAMPLES.clause_checked[MAIN] = EXAMPLES.clause_checked.get(MAIN, 0) + 1
+            while True:
+                EXAMPLES.clauses, EXAMPLES.current_clause = by_name, declared[0].name
+                try:
+                    with time_limit(EXAMPLES.timeout if timed else 0):
+                        return fn(*args, **kwargs)
+                except UnsatisfiedAssumption:
+                    raise  # a rejected input (outside the release's domain), not a failure
+                except BaseException as exc:
+                    if isinstance(exc, AssertionError):
+                        defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
+                        if defect is not None:
+                            EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
+                            clause = EXAMPLES.current_clause
+                            EXAMPLES.clause_known[clause] = EXAMPLES.clause_known.get(clause, 0) + 1
+                            EXAMPLES.suppressed.add(clause)
+                            if any(applies_to(c, EXAMPLES.release) for c in declared):
+                                continue  # the other clauses are checked on this input all the same
+                            reject()  # a recorded finding, reproduced: set aside, and the search goes on
+                    # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
+                    # are the counterexample (a hang's are the hanging example's).
+                    EXAMPLES.last_kwargs = dict(kwargs)
+                    EXAMPLES.failed_clause = EXAMPLES.current_clause
+                    if EXAMPLES.first_failure is None:
+                        EXAMPLES.first_failure = EXAMPLES.examples
+                    raise
 
         test: Any = given(**strategies)(counted) if strategies else counted
         test = pytest.mark.needs(*needs)(test)
         test.pdverify_property = id
         if id in PROPERTIES:
             raise ValueError(f"property id {id!r} declared twice ({PROPERTIES[id].name} and {fn.__name__})")
-        PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__, contract)
+        PROPERTIES[id] = PropertyInfo(id, title, needs, test, fn.__module__, contract, declared)
         return cast(F, test)
 
     return decorate

@@ -10,7 +10,7 @@ import torch
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
 from pdverify.properties.compare import assert_tensor
-from pdverify.properties.registry import FROM_35070, examples, note_event, prop, within_domain
+from pdverify.properties.registry import FROM_35070, Clause, applies, examples, note_event, prop, within_domain
 from pdverify.properties.releases import (
     DOMAIN,
     FROM_LOGPROB_STARTS_NONE,
@@ -108,31 +108,46 @@ def test_p20_extend_counts(target: Target, device: str, batch: PrebuiltBatch) ->
 @prop(
     "P21",
     "seq_lens (int64, device), seq_lens_cpu (int64, cpu), orig_seq_lens (int32, device), seq_lens_sum",
-    contract=FROM_SEQ_LENS_CPU,
+    clauses=(
+        Clause("seq_lens", title="seq_lens (int64, device)"),
+        Clause("seq_lens_sum", title="seq_lens_sum (int)"),
+        Clause("seq_lens_cpu", FROM_SEQ_LENS_CPU, "seq_lens_cpu (int64, cpu)"),
+        Clause("orig_seq_lens", FROM_SEQ_LENS_CPU, "orig_seq_lens (int32, device)"),
+    ),
     needs=NEEDS,
     batch=batches(),
 )
 def test_p21_seq_lens(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
-    assert_tensor("seq_lens", _field(out, "seq_lens"), exp.seq_lens, torch.int64, device)
-    assert_tensor("seq_lens_cpu", _field(out, "seq_lens_cpu"), exp.seq_lens, torch.int64, "cpu")
-    assert_tensor("orig_seq_lens", _field(out, "orig_seq_lens"), exp.seq_lens, torch.int32, device)
-    total = _field(out, "seq_lens_sum")
-    assert type(total) is int and total == exp.seq_lens_sum, f"seq_lens_sum={total!r}, expected {exp.seq_lens_sum}"
+    if applies("seq_lens"):
+        assert_tensor("seq_lens", _field(out, "seq_lens"), exp.seq_lens, torch.int64, device)
+    if applies("seq_lens_sum"):
+        total = _field(out, "seq_lens_sum")
+        assert type(total) is int and total == exp.seq_lens_sum, f"seq_lens_sum={total!r}, expected {exp.seq_lens_sum}"
+    if applies("seq_lens_cpu"):
+        assert_tensor("seq_lens_cpu", _field(out, "seq_lens_cpu"), exp.seq_lens, torch.int64, "cpu")
+    if applies("orig_seq_lens"):
+        assert_tensor("orig_seq_lens", _field(out, "orig_seq_lens"), exp.seq_lens, torch.int32, device)
 
 
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop(
     "P21b",
     "req_pool_indices (int64, device) and its cpu mirror, in batch order",
-    contract=FROM_POOL_INDICES_CPU,
+    clauses=(
+        Clause("req_pool_indices", title="req_pool_indices (int64, device)"),
+        Clause("req_pool_indices_cpu", FROM_POOL_INDICES_CPU, "req_pool_indices_cpu (int64, cpu)"),
+    ),
     needs=NEEDS,
     batch=batches(),
 )
 def test_p21b_req_pool_indices(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
-    assert_tensor("req_pool_indices", _field(out, "req_pool_indices"), exp.req_pool_indices, torch.int64, device)
-    assert_tensor("req_pool_indices_cpu", _field(out, "req_pool_indices_cpu"), exp.req_pool_indices, torch.int64, "cpu")
+    if applies("req_pool_indices"):
+        assert_tensor("req_pool_indices", _field(out, "req_pool_indices"), exp.req_pool_indices, torch.int64, device)
+    if applies("req_pool_indices_cpu"):
+        got = _field(out, "req_pool_indices_cpu")
+        assert_tensor("req_pool_indices_cpu", got, exp.req_pool_indices, torch.int64, "cpu")
 
 
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
@@ -213,43 +228,59 @@ def test_p24_stained(target: Target, device: str, batch: PrebuiltBatch) -> None:
 @prop(
     "P25",
     "afterwards is_retracted is False and pd_rebootstrap_in_progress is falsy, for every request",
-    contract=FROM_REBOOTSTRAP,
+    clauses=(
+        Clause("is_retracted", title="is_retracted is False"),
+        Clause("rebootstrap_cleared", FROM_REBOOTSTRAP, "pd_rebootstrap_in_progress is falsy"),
+    ),
     needs=NEEDS,
     batch=batches(),
 )
 def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     for i, got in enumerate(out.reqs_after):
-        assert got.is_retracted is False, f"request {i}: is_retracted = {got.is_retracted!r}"
-        assert not got.pd_rebootstrap_in_progress, f"request {i}: pd_rebootstrap_in_progress still set"
+        if applies("is_retracted"):
+            assert got.is_retracted is False, f"request {i}: is_retracted = {got.is_retracted!r}"
+        if applies("rebootstrap_cleared"):
+            assert not got.pd_rebootstrap_in_progress, f"request {i}: pd_rebootstrap_in_progress still set"
 
 
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop(
     "P26",
     "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
-    contract=FROM_LOGPROB_STARTS_NONE,
+    clauses=(
+        Clause("logprob_lists", title="top_logprobs_nums / token_ids_logprobs from the requests, or untouched"),
+        Clause("multimodal_inputs", title="multimodal_inputs: each request's own object, in batch order"),
+        Clause("logprob_starts_none", FROM_LOGPROB_STARTS_NONE, "extend_logprob_start_lens and its ids are None"),
+    ),
     needs=NEEDS,
     batch=batches(),
 )
 def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)
-    if exp.top_logprobs_nums is None:
-        assert {"top_logprobs_nums", "token_ids_logprobs"} <= out.untouched, "logprob lists set with return_logprob off"
-    else:
-        assert _field(out, "top_logprobs_nums") == exp.top_logprobs_nums
-        assert _field(out, "token_ids_logprobs") == exp.token_ids_logprobs
-    assert _field(out, "multimodal_inputs") == exp.multimodal_inputs
-    assert all(a is b for a, b in zip(out.fields["multimodal_inputs"], exp.multimodal_inputs, strict=True))
-    assert _field(out, "extend_logprob_start_lens") is None
-    assert _field(out, "extend_input_logprob_token_ids") is None
+    if applies("logprob_lists"):
+        if exp.top_logprobs_nums is None:
+            untouched = {"top_logprobs_nums", "token_ids_logprobs"} <= out.untouched
+            assert untouched, "logprob lists set with return_logprob off"
+        else:
+            assert _field(out, "top_logprobs_nums") == exp.top_logprobs_nums
+            assert _field(out, "token_ids_logprobs") == exp.token_ids_logprobs
+    if applies("multimodal_inputs"):
+        assert _field(out, "multimodal_inputs") == exp.multimodal_inputs
+        assert all(a is b for a, b in zip(out.fields["multimodal_inputs"], exp.multimodal_inputs, strict=True))
+    if applies("logprob_starts_none"):
+        assert _field(out, "extend_logprob_start_lens") is None
+        assert _field(out, "extend_input_logprob_token_ids") is None
 
 
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop(
     "P27",
     "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once",
-    contract=FROM_PREBUILT_MODE,
+    clauses=(
+        Clause("sampling_info", title="sampling_info from one from_schedule_batch(batch, vocab) call"),
+        Clause("forward_mode", FROM_PREBUILT_MODE, "forward_mode is PREBUILT"),
+    ),
     needs=NEEDS,
     batch=batches(),
 )
@@ -257,12 +288,14 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
     if target.sampling_info_path is None:
         pytest.skip(f"not applicable: target {target.name!r} names no sampling_info_path to observe")
     out, _ = _run(target, batch, device)
-    mode = _field(out, "forward_mode")
-    assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"
-    assert len(out.sampling_info_calls) == 1, f"from_schedule_batch called {len(out.sampling_info_calls)} times"
-    passed_batch, vocab = out.sampling_info_calls[0]
-    assert passed_batch is out.batch_object and vocab == batch.vocab_size
-    assert _field(out, "sampling_info") is out.sampling_info_returned
+    if applies("sampling_info"):
+        assert len(out.sampling_info_calls) == 1, f"from_schedule_batch called {len(out.sampling_info_calls)} times"
+        passed_batch, vocab = out.sampling_info_calls[0]
+        assert passed_batch is out.batch_object and vocab == batch.vocab_size
+        assert _field(out, "sampling_info") is out.sampling_info_returned
+    if applies("forward_mode"):
+        mode = _field(out, "forward_mode")
+        assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"
 
 
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))

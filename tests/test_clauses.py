@@ -1,0 +1,175 @@
+"""Clause-level contracts: each assertion clause of a property carries its own contract, is checked wherever that
+contract applies, and is reported with its own status; a property is not applicable only where none of its clauses
+is."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+
+from pdverify.properties import registry
+from pdverify.properties.registry import EXAMPLES, Clause, PropertyInfo, applies, clause_statuses, prop
+from pdverify.properties.releases import Contract
+from pdverify.runner import load_properties, run_property
+from pdverify.targets import load_target
+
+LATE = Contract("a rule that began in 0.5.10", "0.5.10")
+
+
+@pytest.fixture
+def declared() -> Iterator[Callable[..., Callable[[Any], Any]]]:
+    """Declare throw-away properties, removed from the registry afterwards."""
+    before = dict(registry.PROPERTIES)
+    yield prop
+    registry.PROPERTIES.clear()
+    registry.PROPERTIES.update(before)
+
+
+def _two_clauses(
+    declare: Callable[..., Callable[[Any], Any]], fail_early: bool = False, fail_late: bool = False
+) -> PropertyInfo:
+    @declare(
+        "Z90",
+        "an early clause and a late one",
+        needs=("page_align_floor",),
+        clauses=(Clause("early", title="every release"), Clause("late", LATE, "from 0.5.10")),
+        n=st.integers(0, 3),
+    )
+    def test_z90(target: Any, device: str, n: int) -> None:
+        if applies("early"):
+            assert not fail_early, "the early clause fails"
+        if applies("late"):
+            assert not fail_late, "the late clause fails"
+
+    return registry.PROPERTIES["Z90"]
+
+
+def _release(release: str | None) -> Any:
+    return load_target("pdverify").derive("pdverify", release=release, package="sglang")
+
+
+def test_a_late_clause_is_not_applicable_while_the_early_one_is_checked(
+    declared: Callable[..., Callable[[Any], Any]],
+) -> None:
+    info = _two_clauses(declared, fail_late=True)
+    run = run_property(info, _release("0.5.9"), profile="mutate")
+    assert run.status == "passed", run.message  # the failing late clause does not apply to 0.5.9
+    statuses = {c["name"]: (c["status"], c["examples"]) for c in clause_statuses(info, "0.5.9", run.status)}
+    assert statuses["early"][0] == "passed" and statuses["early"][1] > 0
+    assert statuses["late"] == ("not applicable", 0)
+
+
+def test_a_failure_is_its_clauses(declared: Callable[..., Callable[[Any], Any]]) -> None:
+    info = _two_clauses(declared, fail_late=True)
+    run = run_property(info, _release("0.5.10"), profile="mutate")
+    assert run.status == "failed" and "the late clause fails" in run.message
+    statuses = {c["name"]: c["status"] for c in clause_statuses(info, "0.5.10", run.status)}
+    assert statuses == {"early": "passed", "late": "failed"}
+    del registry.PROPERTIES["Z90"]
+    info = _two_clauses(declared, fail_early=True)
+    run = run_property(info, _release("0.5.10"), profile="mutate")
+    statuses = {c["name"]: c["status"] for c in clause_statuses(info, "0.5.10", run.status)}
+    assert statuses == {"early": "failed", "late": "not reached"}  # the example stopped before the late clause
+
+
+def test_a_property_is_not_applicable_only_where_every_clause_is(declared: Callable[..., Callable[[Any], Any]]) -> None:
+    @declared(
+        "Z91",
+        "two late clauses",
+        needs=("page_align_floor",),
+        clauses=(Clause("a", LATE), Clause("b", Contract("b's rule", "0.5.12"))),
+    )
+    def test_z91(target: Any, device: str) -> None:
+        raise AssertionError("never runs where no clause applies")
+
+    info = registry.PROPERTIES["Z91"]
+    why = info.not_applicable("0.5.9")
+    assert why is not None and "every clause" in why and "a (contract before" in why and "b (contract before" in why
+    assert info.not_applicable("0.5.10") is None and info.not_applicable(None) is None
+    assert run_property(info, _release("0.5.9")).status == "not applicable"
+    assert info.contracts() == "a: a rule that began in 0.5.10; b: b's rule"
+
+
+def test_a_property_without_clauses_has_one_main_clause(declared: Callable[..., Callable[[Any], Any]]) -> None:
+    @declared("Z92", "one contract", needs=("page_align_floor",), contract=LATE, n=st.integers(0, 3))
+    def test_z92(target: Any, device: str, n: int) -> None:
+        pass
+
+    info = registry.PROPERTIES["Z92"]
+    assert [(c.name, c.contract) for c in info.clauses] == [("main", LATE)]
+    assert info.not_applicable("0.5.9") == LATE.not_applicable("0.5.9") and info.contracts() == str(LATE)
+    assert run_property(info, _release("0.5.10")).status == "passed"
+    assert clause_statuses(info, "0.5.10", "passed")[0]["examples"] == EXAMPLES.examples > 0
+
+
+def test_bad_declarations_and_unknown_clauses(declared: Callable[..., Callable[[Any], Any]]) -> None:
+    with pytest.raises(TypeError, match="give its clauses their contracts"):
+        declared("Z93", "t", needs=(), contract=LATE, clauses=(Clause("a"),))
+    with pytest.raises(ValueError, match="clause names must be distinct"):
+        declared("Z93", "t", needs=(), clauses=(Clause("a"), Clause("a", LATE)))
+    with pytest.raises(ValueError, match="non-empty identifier"):
+        Clause("two words")
+    with pytest.raises(TypeError, match="contract must be a Contract"):
+        Clause("a", "0.5.10")  # type: ignore[arg-type]
+
+    @declared("Z94", "asks for a clause it never declared", needs=("page_align_floor",))
+    def test_z94(target: Any, device: str) -> None:
+        applies("nonesuch")
+
+    run = run_property(registry.PROPERTIES["Z94"], _release(None))
+    assert run.status == "failed" and "no clause 'nonesuch' declared for this property (declared: main)" in run.message
+
+
+def test_the_shipped_clauses_follow_their_evidence() -> None:
+    """Every clause contract of the shipped properties is one of the release boundaries with evidence."""
+    from pdverify.properties import releases
+
+    named = {id(c) for c in vars(releases).values() if isinstance(c, Contract)}
+    for info in load_properties().values():
+        for c in info.clauses:
+            assert id(c.contract) in named, f"{info.id}.{c.name}: its contract is not a boundary of releases.py"
+
+
+def test_the_report_shows_clause_status(tmp_path: Path) -> None:
+    from pdverify.cli.main import main
+
+    report = tmp_path / "report.json"
+    code = main(["check", "--device", "cpu", "--profile", "dev", "-k", "test_p21_seq_lens", "--report", str(report)])
+    assert code == 0
+    (p21,) = json.loads(report.read_text())["properties"]
+    assert [(c["name"], c["status"]) for c in p21["clauses"]] == [
+        ("seq_lens", "passed"), ("seq_lens_sum", "passed"), ("seq_lens_cpu", "passed"), ("orig_seq_lens", "passed"),
+    ]  # fmt: skip
+    assert all(c["examples"] == p21["examples"] for c in p21["clauses"])
+
+
+def test_past_a_known_defect_in_one_clause_the_others_are_still_checked(declared: Any) -> None:
+    """A recorded finding explains a failure of one clause: the example runs again without that clause, so the
+    property's other clauses are checked on it all the same (and a second defect there is found)."""
+    from pdverify import findings
+
+    info = _two_clauses(declared, fail_early=True)
+    defect = findings.KnownDefect(
+        "TZ", "Z90", "sglang", ("0.5.10",), "the early clause fails", lambda kw: True,
+        lambda kw, message: message.startswith("the early clause fails"),
+    )  # fmt: skip
+    findings.KNOWN["TZ"] = defect
+    try:
+        run = run_property(info, _release("0.5.10"), profile="mutate")
+        assert run.status == "passed", run.message
+        statuses = {c["name"]: c["status"] for c in clause_statuses(info, "0.5.10", run.status)}
+        assert statuses == {"early": "known defect", "late": "passed"}
+        assert EXAMPLES.reproduced["TZ"] == EXAMPLES.examples > 0
+        del registry.PROPERTIES["Z90"]
+        info = _two_clauses(declared, fail_early=True, fail_late=True)  # a second defect behind the known one
+        run = run_property(info, _release("0.5.10"), profile="mutate")
+        assert run.status == "failed" and "the late clause fails" in run.message
+        statuses = {c["name"]: c["status"] for c in clause_statuses(info, "0.5.10", run.status)}
+        assert statuses == {"early": "known defect", "late": "failed"}
+    finally:
+        del findings.KNOWN["TZ"]
