@@ -16,7 +16,10 @@ Triage (``findings/triage.json``): every failure on a release must be explained 
 or as a contract change. The script exits 1 when a failure is not triaged or a triaged failure no longer
 reproduces on a release that ran, 2 on bad arguments, 0 otherwise.
 
-Usage: ``python ci/conformance_matrix.py [VERSION ...] [--profile ci] [--jobs 2] [--reuse]``.
+Then the release-to-release differential over the importable releases (``ci/release_diff.py``: ``diffs.md``,
+``diffs.json``; ``--no-diff`` skips it): an unexplained behavioural difference fails the matrix too.
+
+Usage: ``python ci/conformance_matrix.py [VERSION ...] [--profile ci] [--jobs 2] [--reuse] [--no-diff]``.
 """
 
 from __future__ import annotations
@@ -285,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
     ap.add_argument("--wheels", type=Path, default=None, help="a folder of sglang wheels (offline)")
     ap.add_argument("--triage", type=Path, default=TRIAGE_FILE)
+    ap.add_argument("--no-diff", action="store_true", help="skip the release differential (ci/release_diff.py)")
+    ap.add_argument("--diff-examples", type=int, default=40, help="the differential's inputs per unit")
     ap.add_argument(
         "--assemble",
         action="store_true",
@@ -308,7 +313,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(pool.map(lambda r: run_release(r, args), releases))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rows.json").write_text(json.dumps(rows) + "\n")
-    return finish(rows, args, start)
+    code = finish(rows, args, start)
+    importable = [r["release"] for r in rows if r["importable"]]
+    if args.no_diff or len(importable) < 2:
+        return code
+    # every behavioural difference between adjacent releases is explained, or the matrix fails like an untriaged
+    # failure (ci/release_diff.py writes diffs.md beside matrix.md)
+    sys.path.insert(0, str(ROOT / "ci"))
+    import release_diff
+
+    diff = release_diff.main([*importable, "--examples", str(args.diff_examples), "--jobs", str(args.jobs),
+                              "--root", str(args.root), "--out", str(args.out)])  # fmt: skip
+    return max(code, diff)
 
 
 def assembled(release: str, args: argparse.Namespace) -> dict[str, Any]:
