@@ -130,6 +130,66 @@ def _t2_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return (got_c, got_a) == (want_c, want_a) and int(got_d) == before != int(want_d)
 
 
+def _t3_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass without the radix cache, pages of more than one token, a request whose fill length is not
+    page-aligned: only then does counting its fill length differ from counting the whole pages it takes."""
+    case = kwargs.get("case")
+    ps = getattr(case, "page_size", 1)
+    return (
+        case is not None
+        and ps > 1
+        and not getattr(case, "radix", True)
+        and any(r.fill_len % ps for r in getattr(case, "requests", ()))
+    )
+
+
+def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q4's budget clause, overshot by less than a page: admission re-reads the budget after each request, so only
+    the last admitted request's rounding up to whole pages can take the pass past it."""
+    q4 = re.match(r"(\d+) tokens allocated, the budget was (\d+)$", message.splitlines()[0] if message else "")
+    return q4 is not None and 0 < int(q4.group(1)) - int(q4.group(2)) < kwargs["case"].page_size
+
+
+def _t4_shows(kwargs: Mapping[str, Any]) -> bool:
+    """Every batch: the field is never set."""
+    return "batch" in kwargs
+
+
+def _t4_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P26's multimodal clause, and only because the field was never set."""
+    return message.startswith("prepare_for_prebuilt left batch.multimodal_inputs unset")
+
+
+T4_RELEASES = (
+    "0.4.4.post2",
+    "0.4.4.post3",
+    "0.4.4.post4",
+    "0.4.5",
+    "0.4.5.post1",
+    "0.4.5.post2",
+    "0.4.5.post3",
+    "0.4.6",
+    "0.4.6.post1",
+    "0.4.6.post2",
+    "0.4.6.post3",
+    "0.4.6.post4",
+    "0.4.6.post5",
+    "0.4.7",
+    "0.4.7.post1",
+    "0.4.8",
+    "0.4.8.post1",
+    "0.4.9",
+    "0.4.9.post1",
+    "0.4.9.post2",
+    "0.4.9.post3",
+    "0.4.9.post4",
+    "0.4.9.post5",
+    "0.4.9.post6",
+    "0.4.10",
+    "0.4.10.post1",
+)
+"""Every release with a PREBUILT batch before 0.4.10.post2 (#8094)."""
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -152,6 +212,26 @@ KNOWN: dict[str, KnownDefect] = {
             "prefix: the device hit is not counted (fixed in 0.5.13, upstream #25973)",
             _t2_shows,
             _t2_explains,
+        ),
+        KnownDefect(
+            "T4",
+            "P26",
+            "sglang",
+            T4_RELEASES,
+            "prepare_for_prebuilt_extend never sets batch.multimodal_inputs: a vision-language model's decode batch "
+            "fails (fixed in 0.4.10.post2, upstream #8094)",
+            _t4_shows,
+            _t4_explains,
+        ),
+        KnownDefect(
+            "T3",
+            "Q4",
+            "sglang",
+            ("0.5.21",),
+            "decode's pre-allocation admits a request (radix cache off) against the token budget by its fill length, "
+            "while the allocator takes whole pages: a pass allocates past the budget (fixed in 0.5.22)",
+            _t3_shows,
+            _t3_explains,
         ),
         KnownDefect(
             "F1",

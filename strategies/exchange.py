@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import DEFERRED_ROOMS, DP_BALANCE, RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
 from pdverify.model.layout import pages_needed, token_locations
+from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
@@ -79,8 +80,8 @@ def draw_prefill_sends(
         chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
         early_prefix=early,
         translation=draw_translation(c, pages, ps) if c.boolean() else None,
-        state_types=shared.state_types if shared else tuple(c.subset(STATE_TYPES, 4)),
-        host_tensor_indices=c.boolean(),
+        state_types=shared.state_types if shared else tuple(c.subset(DOMAIN.state_types(STATE_TYPES), 4)),
+        host_tensor_indices=c.boolean() if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(),
         window=window,
         ring_size=shared.ring_size if shared else window + c.integer(0, 8),
@@ -112,7 +113,14 @@ def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
     """How the prefill ranks of a request share its transfer: a mode of ``RANK_SPLITS`` and ``2..max_ranks``
     ranks (a property runs every rank)."""
     check_int("max_ranks", max_ranks, minimum=2)
-    return st.tuples(st.sampled_from(RANK_SPLITS), st.integers(2, max_ranks))
+    return _rank_splits(max_ranks=max_ranks)
+
+
+@st.composite
+def _rank_splits(draw: st.DrawFn, *, max_ranks: int) -> tuple[str, int]:
+    # read at draw time: KV cache sharding is an input of 0.5.23 on (DOMAIN.has("kv_shard"))
+    modes = tuple(m for m in RANK_SPLITS if m != "kv_shard" or DOMAIN.has("kv_shard"))
+    return draw(st.sampled_from(modes)), draw(st.integers(2, max_ranks))
 
 
 def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:
@@ -181,7 +189,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(free),
-        state_types=tuple(c.subset(STATE_TYPES, 4)),
+        state_types=tuple(c.subset(DOMAIN.state_types(STATE_TYPES), 4)),
         window=window,
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),

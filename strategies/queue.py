@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from pdverify.model.layout import pages_needed
-from pdverify.model.queue import PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
+from pdverify.model.queue import ALLOCATION_POLICIES, PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
+from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
@@ -56,7 +57,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = c.pick(PRIORITY_ORDERS) if c.boolean() else None
     max_loras = c.integer(1, 3) if c.boolean() else None
     restrict = c.boolean()
-    radix = c.boolean()
+    # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
+    # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
+    policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
+    complete = policy == "prefill_complete"
+    radix = not complete and c.boolean()
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
@@ -100,9 +105,9 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         max_loras=max_loras,
         restrict=restrict,
         radix=radix,
-        staging=c.boolean(),
-        allocation_policy="early" if c.boolean() else None,
-        **_host_receive(c, requests, ps, radix),
+        staging=not complete and c.boolean(),
+        allocation_policy=policy,
+        **({} if complete else _host_receive(c, requests, ps, radix)),
     )
     if case.host_threshold < 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
         # a boundary: exactly the rows the device-bound requests need, so a host-received request that took a row

@@ -140,6 +140,17 @@ class PrefillCase:
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
+        used = [f"state:{name}" for name in self.state_types]
+        if self.host_tensor_indices:
+            used.append("host_tensor_indices")
+        if self.early_send_blocked == "load_back":
+            used.append("early_send_load_back")
+        if self.rank_split is not None and self.rank_split[0] == "kv_shard":
+            used.append("kv_shard")
+        return tuple(used)
+
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
         require_int("length", self.length, minimum=0)
@@ -322,6 +333,10 @@ class DecodeCase:
     lists address the SWA buffer. None: one full pool. Needs ``page_size > 1`` (SGLang's condition)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
+
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
+        return tuple(f"state:{name}" for name in self.state_types)
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)

@@ -28,6 +28,9 @@ CLIP_MAX_NEW_TOKENS = 4096
 
 PRIORITY_ORDERS = ("low_first", "high_first")
 """Priority scheduling: lower priority values first (``schedule_low_priority_values_first``) or higher first."""
+ALLOCATION_POLICIES = ("early", "prefill_complete")
+"""``--disaggregation-decode-allocation-policy`` (0.5.22 on; ``"early"`` the default). A release before the flag
+behaves as ``"early"``: it asks prefill to recompute a rebootstrapped request once its destinations are sent."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +114,10 @@ class DecodeQueueCase:
     """``--disaggregation-decode-enable-radix-cache``: requests match their ``prefix_pages``."""
     staging: bool = False
     """Decode's staging buffer on (``SGLANG_DISAGG_STAGING_BUFFER``) with receivers that require staging."""
-    allocation_policy: str | None = None
-    """``--disaggregation-decode-allocation-policy``: ``"early"`` has decode ask prefill to recompute a
-    rebootstrapped request once its destination is registered; None: the default."""
+    allocation_policy: str = "early"
+    """``--disaggregation-decode-allocation-policy`` (``ALLOCATION_POLICIES``): ``"early"`` (the default, and what
+    a release before the flag does) has decode ask prefill to recompute a rebootstrapped request once its
+    destinations are sent; ``"prefill_complete"`` asks at bootstrap, before the pass."""
     host_threshold: float = 1.0
     """``--disaggregation-decode-host-receive-threshold``: below 1, once the device pool's usage reaches it a
     host-capable request (not rebootstrapped) is received into host memory instead."""
@@ -187,8 +191,16 @@ class DecodeQueueCase:
             raise ValueError(
                 "host_threshold < 1 with the radix cache: the host path's root-prefix binding is not modelled"
             )
-        if self.allocation_policy not in (None, "early"):
-            raise ValueError(f"allocation_policy={self.allocation_policy!r} must be None or 'early'")
+        if self.allocation_policy not in ALLOCATION_POLICIES:
+            raise ValueError(f"allocation_policy={self.allocation_policy!r} must be one of {ALLOCATION_POLICIES}")
+        if self.allocation_policy == "prefill_complete":
+            refused = [what for what, on in (("the decode radix cache", self.radix), ("decode host KV buffering",
+                       self.host_threshold < 1), ("staging buffers", self.staging)) if on]  # fmt: skip
+            if refused:
+                raise ValueError(
+                    f"allocation_policy='prefill_complete' with {', '.join(refused)}: the server refuses it "
+                    "(SGLang's _validate_prefill_complete, arg_groups/pd_disaggregation_hook.py)"
+                )
 
     def to_host(self, index: int) -> bool:
         """Whether request ``index`` takes the host receive path when the pass reaches it."""

@@ -60,6 +60,12 @@ FROM_REBOOTSTRAP = Contract("PD rebootstrap (pd_rebootstrap_in_progress cleared)
 FROM_LOGPROB_STARTS_NONE = Contract("extend_logprob_start_lens is None, first in sglang 0.5.15", "0.5.15")
 FROM_PREBUILT_MODE = Contract("ForwardMode.PREBUILT (EXTEND before), first in sglang 0.5.5.post1", "0.5.5.post1")
 
+# When the metadata wire gained each field it now carries:
+FROM_STATE_LISTS = Contract("the wire carries one state list per state type (#24932), first in sglang 0.5.12", "0.5.12")
+FROM_MOONCAKE_DECODE_PREFIX = Contract(
+    "Mooncake's wire carries decode's prefix length (#24257), first in sglang 0.5.12", "0.5.12"
+)
+
 
 @dataclass
 class InputDomain:
@@ -71,19 +77,56 @@ class InputDomain:
     decode's prefix is always 0."""
     rebootstrap: bool = True
     """PD rebootstrap (``extend_end`` one past ``seq_len``), from sglang 0.5.16."""
+    allocation_policy: bool = True
+    """Decode's allocation policy (``--disaggregation-decode-allocation-policy early|prefill_complete``), from
+    sglang 0.5.22; before, the flag does not exist and decode behaves as ``"early"``, the only policy drawn."""
     seeded_computed: bool = True
     """Decode seeds ``already_computed`` from the prefill-reported cached tokens before ``prepare_for_prebuilt``
     (#25973), from sglang 0.5.13; before, an unstained request reaches it with ``already_computed == 0``
     (``Req.__init__`` and ``reset_for_retract`` set 0, and nothing in the decode path sets it)."""
+    features: frozenset[str] = frozenset()
+    """The input features of ``FEATURES`` the release has (every one when it is not a release)."""
     release: str | None = field(default=None)
 
+    def has(self, feature: str) -> bool:
+        """Whether the release can be given inputs of ``feature`` (a key of ``FEATURES``)."""
+        if feature not in FEATURES:
+            raise KeyError(f"unknown input feature {feature!r} (known: {', '.join(FEATURES)})")
+        return feature in self.features
 
-DOMAIN = InputDomain()
+    def state_types(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The state types of ``names`` the release registers (``StateType``): a type that came later is never drawn
+        for it."""
+        return tuple(n for n in names if f"state:{n}" not in FEATURES or f"state:{n}" in self.features)
+
+
+# Input features that came with a release (each an input-domain boundary with its evidence in
+# contract_evidence.json): a release before one is never given its inputs, the strategies ask ``DOMAIN.has``.
+FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices (Mooncake), first in sglang 0.5.23",
+                                    "0.5.23")  # fmt: skip
+FROM_EARLY_SEND_LOAD_BACK = Contract(
+    "an early cached-prefix send held back by a HiCache load-back (allow_send), first in sglang 0.5.23", "0.5.23"
+)
+FROM_KV_SHARD = Contract("KV cache sharded across prefill ranks (kv_shard_size), first in sglang 0.5.23", "0.5.23")
+FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
+FEATURES: dict[str, Contract] = {
+    "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
+    "early_send_load_back": FROM_EARLY_SEND_LOAD_BACK,
+    "kv_shard": FROM_KV_SHARD,
+    "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
+}
+"""Input feature -> the first release that has it."""
+
+DOMAIN = InputDomain(features=frozenset(FEATURES))
 DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 SEEDED_COMPUTED = Contract(
     "already_computed seeded from prefill's cached tokens (#25973), first in sglang 0.5.13", "0.5.13"
 )
 """An input-domain boundary, not a contract: what ``already_computed`` can hold when ``prepare_for_prebuilt`` runs."""
+ALLOCATION_POLICY = Contract(
+    "decode allocation policy (--disaggregation-decode-allocation-policy), first in sglang 0.5.22", "0.5.22"
+)
+"""An input-domain boundary, not a contract: which allocation policies a release's decode server accepts."""
 
 
 def bind_release(release: str | None) -> InputDomain:
@@ -93,4 +136,6 @@ def bind_release(release: str | None) -> InputDomain:
     DOMAIN.decode_prefix = DECODE_PREFIXES.not_applicable(release) is None
     DOMAIN.rebootstrap = FROM_REBOOTSTRAP.not_applicable(release) is None
     DOMAIN.seeded_computed = SEEDED_COMPUTED.not_applicable(release) is None
+    DOMAIN.allocation_policy = ALLOCATION_POLICY.not_applicable(release) is None
+    DOMAIN.features = frozenset(name for name, c in FEATURES.items() if c.not_applicable(release) is None)
     return DOMAIN

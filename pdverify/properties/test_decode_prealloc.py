@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots, state_list_start
-from pdverify.properties.registry import examples, note_event, prop
+from pdverify.properties.registry import examples, note_event, prop, within_release
 from pdverify.strategies import decode_cases
 from pdverify.targets import Target
 
@@ -79,6 +79,7 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
         note_event("HiCache restore pending (D > L1)")
     if any(case.stale_row):
         note_event("reused row")
+    within_release(case)
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     ps, n, d = case.page_size, case.length, trace.decode_prefix_len
     assert trace.dtype == "int32", f"decode's main list is {trace.dtype}, the wire carries int32"
@@ -120,6 +121,7 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
     case=decode_cases(),
 )
 def test_d4_announced_prefix_is_protected(target: Target, device: str, case: DecodeCase) -> None:
+    within_release(case)
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     d, protected = trace.decode_prefix_len, trace.cache_protected_len
     assert protected is not None, "decode_prealloc reported no cache_protected_len"
@@ -137,6 +139,7 @@ def test_d4_announced_prefix_is_protected(target: Target, device: str, case: Dec
     case=decode_cases(),
 )
 def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None:
+    within_release(case)
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     if "DSV4_REQUEST_STATE" not in case.state_types:
         assert not trace.cleared_rows, f"request state cleared for rows {trace.cleared_rows} without the state type"
@@ -158,6 +161,7 @@ def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None
     case=decode_cases(),
 )
 def test_d3_evicts_the_shortfall(target: Target, device: str, case: DecodeCase) -> None:
+    within_release(case)
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     ps = case.page_size
     short = -(-case.fill_len // ps) - case.l1_prefix // ps - len(case.free_pages)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, state_list_start
-from pdverify.properties.registry import note_event, prop
+from pdverify.properties.registry import note_event, prop, within_release
 from pdverify.strategies import pd_exchanges
 from pdverify.targets import Target
 
@@ -28,6 +28,7 @@ NEEDS = ("prefill_exchange", "decode_prealloc")
 )
 def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[PrefillCase, DecodeCase]) -> None:
     pre, dec = pair
+    within_release(dec, pre)
     got: DecodeTrace = target.require("decode_prealloc")(dec, device)
     d = got.decode_prefix_len
     assert isinstance(d, int) and dec.l1_prefix <= d <= dec.decode_prefix, (

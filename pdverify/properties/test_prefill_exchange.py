@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMessage
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import prefill_exchange as oracle
-from pdverify.properties.registry import note_event, prop
+from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
+from pdverify.properties.releases import DOMAIN, FROM_MOONCAKE_DECODE_PREFIX, FROM_STATE_LISTS
 from pdverify.strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 from pdverify.targets import Target
 
@@ -84,6 +85,7 @@ def run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:
         note_event("early cached-prefix send")
     if case.translation is not None:
         note_event("translated (int64) indices")
+    within_release(case)
     trace: PrefillTrace = target.require("prefill_exchange")(case, device)
     note_event(f"transfers: {min(len(trace.transfers), 5)}{'+' if len(trace.transfers) > 5 else ''}")
     return trace
@@ -402,3 +404,36 @@ def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int
     assert got.decode_prefix_len == pair.prefix_len, (
         f"decode_prefix_len {pair.prefix_len} came back as {got.decode_prefix_len}"
     )
+
+
+@example(pages=[5, 2, 9], state=[[9], []], aux=42, prefix=0)
+@example(pages=[], state=[], aux=0, prefix=8)  # a full decode hit: no page, the prefix only
+@prop(
+    "W2",
+    "the metadata wire alone: the int32 page list every release's decode sends, its aux index, state lists and "
+    "prefix, parsed back by prefill's TransferInfo.from_zmq",
+    needs=("wire_roundtrip",),
+    clauses=(
+        Clause("pages", title="the page list and aux index come back as sent, int32, not a dummy rank"),
+        Clause("state_lists", FROM_STATE_LISTS, "the state lists come back as sent, list by list"),
+        Clause("decode_prefix", FROM_MOONCAKE_DECODE_PREFIX, "the decode prefix comes back as sent"),
+    ),
+    pages=st.lists(st.integers(0, 2**31 - 1), max_size=64),
+    state=state_lists(),
+    aux=st.integers(0, 2**31 - 1),
+    prefix=st.integers(0, 4096).map(lambda d: d if DOMAIN.decode_prefix else 0),  # read at draw time
+)
+def test_w2_wire_alone(target: Target, device: str, pages: list[int], state: list[list[int]], aux: int,
+                       prefix: int) -> None:  # fmt: skip
+    within_domain(DOMAIN.decode_prefix or not prefix, "a decode prefix")
+    got: WireMessage = target.require("wire_roundtrip")(np.array(pages, dtype=np.int32), aux, state, prefix)
+    if applies("pages"):
+        assert not got.is_dummy, "a real destination was read as a dummy rank"
+        assert list(got.pages) == pages and got.dtype == "int32", (
+            f"pages {pages} came back as {list(got.pages)} ({got.dtype})"
+        )
+        assert got.aux_index == aux, f"aux {aux} came back as {got.aux_index}"
+    if applies("state_lists"):
+        assert [list(s) for s in got.state] == state, f"state {state} came back as {[list(s) for s in got.state]}"
+    if applies("decode_prefix"):
+        assert got.decode_prefix_len == prefix, f"decode_prefix_len {prefix} came back as {got.decode_prefix_len}"

@@ -19,7 +19,7 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
-from pdverify.properties.registry import note_event, prop
+from pdverify.properties.registry import note_event, prop, within_release
 from pdverify.strategies import bootstrap_settings, prefill_cases
 from pdverify.targets import Target
 
@@ -30,6 +30,7 @@ SPEC = PrefillCase(4, 10, 4, tuple(p * 4 + o for p in (5, 6, 2) for o in range(4
 
 
 def _run(target: Target, case: PrefillCase, device: str) -> PrefillTrace:
+    within_release(case)
     trace: PrefillTrace = target.require("prefill_exchange")(case, device)
     return trace
 

@@ -45,8 +45,9 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
 
 
 class AllocExtendKernel:
-    """A CPU stand-in for SGLang's Triton ``alloc_extend_kernel``, for releases whose paged allocator has no
-    torch-native path (0.5.21 and before; 0.5.22 added ``alloc_extend_naive``). ``kernel[(bs,)](...)`` runs the
+    """A CPU stand-in for SGLang's Triton ``alloc_extend_kernel``, for releases whose paged allocator launches it
+    unconditionally (0.5.21 and before; from 0.5.22 ``alloc_extend`` calls the torch-native ``alloc_extend_naive``
+    off CUDA). ``kernel[(bs,)](...)`` runs the
     kernel's program for every ``pid`` in plain Python, part for part: the request's slots of ``[pre_len,
     seq_len)`` written at its offset in ``out_indices`` (the extend lengths of the requests before it) - first the
     rest of its old partial page (``last_loc + 1, ...``), then whole new pages, then a new partial page, the new
@@ -86,13 +87,14 @@ class AllocExtendKernel:
 
 
 def _cpu_alloc_extend() -> Any:
-    """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's paged allocator
-    has no CPU path; a no-op from 0.5.22 on (its own ``alloc_extend_naive`` runs)."""
+    """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's
+    ``alloc_extend`` has no CPU path; a no-op where it calls its own ``alloc_extend_naive`` (0.5.22 on)."""
     import contextlib
+    import inspect
 
     from sglang.srt.mem_cache.allocator import paged
 
-    if hasattr(paged, "alloc_extend_naive"):
+    if "alloc_extend_naive(" in inspect.getsource(paged.PagedTokenToKVPoolAllocator.alloc_extend):
         return contextlib.nullcontext()
     return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
 
@@ -144,8 +146,9 @@ def _scheduler(running: list[Any], **settings: Any) -> Any:
 
 
 def _request(rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8) -> Any:
-    """A request as the decode queue reads it: fresh KV bookkeeping, no abort."""
-    return SimpleNamespace(
+    """A request as the decode queue reads it: fresh KV bookkeeping, no abort (``set_extend_range`` records the
+    range, as 0.5.21's ``Req`` does; later releases set ``prefix_len`` / ``extend_len`` themselves)."""
+    req = SimpleNamespace(
         rid=rid,
         bootstrap_room=1,
         finished_reason=None,
@@ -162,6 +165,20 @@ def _request(rid: str, length: int, output_len: int, *, lora: str | None = None,
         priority=0,
         lock=None,
     )  # fmt: skip
+    req.set_extend_range = lambda start, end: setattr(req, "extend_range", range(start, end))
+    req.swa_prefix_lock_released = False  # 0.5.21's lock bookkeeping
+    return req
+
+
+def _host_threshold(threshold: float) -> float:
+    """``--disaggregation-decode-host-receive-threshold`` as the installed release reads it: from 0.5.22 1 turns host
+    receive off (the default); 0.5.21 turns it on with any value above 0 (``threshold > 0``), so off is 0 there."""
+    import sglang
+    from packaging.version import Version
+
+    if threshold >= 1 and Version(sglang.__version__) < Version("0.5.22"):
+        return 0.0
+    return threshold
 
 
 def _disagg(*, radix: bool) -> Any:
@@ -169,7 +186,7 @@ def _disagg(*, radix: bool) -> Any:
     return SimpleNamespace(
         disaggregation_decode_host_receive_threshold=1.0,
         disaggregation_decode_enable_radix_cache=radix,
-        disaggregation_decode_allocation_policy=None,
+        disaggregation_decode_allocation_policy="early",  # the server default
     )
 
 
@@ -406,6 +423,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         def unlock(self, lock: str) -> None:
             held.discard(lock)
 
+        def dec_lock_ref(self, node: Any, receipt: Any = None, skip_swa: bool = False) -> None:
+            """0.5.21's release of a match's lock (its receipt is the lock ``_match_prefix_and_lock`` took)."""
+            held.discard(receipt)
+
         def maybe_hand_to_session(self, req: Any) -> None:
             pass
 
@@ -434,6 +455,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             pages = case.requests[int(req.rid[1:])].prefix_pages
             locations = [p * ps + o for p in pages for o in range(ps)]
             req.lock = self.tree_cache.lock(req.rid) if pages else None
+            req.last_node, req.lock_receipt = None, req.lock  # 0.5.21 releases through dec_lock_ref(node, receipt)
             return DecodePrefixMatch(
                 prefix_indices=torch.tensor(locations, dtype=torch.int64),
                 l2_host_hit_length=0,
@@ -510,7 +532,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
     disagg = _disagg(radix=case.radix)
     disagg.disaggregation_decode_allocation_policy = case.allocation_policy
-    disagg.disaggregation_decode_host_receive_threshold = case.host_threshold
+    disagg.disaggregation_decode_host_receive_threshold = _host_threshold(case.host_threshold)
     with (
         mock.patch.object(decode, "get_disagg", lambda: disagg),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not case.radix)),

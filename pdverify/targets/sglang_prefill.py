@@ -192,6 +192,12 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     return sched
 
 
+def _prepare_state(manager_class: Any) -> Any:
+    """``CommonKVManager.prepare_send_state_indices`` (0.5.23), through which the sender passes the state lists; the
+    releases before it pass them to the transfer as they are (their senders never call the manager's hook)."""
+    return getattr(manager_class, "prepare_send_state_indices", None)
+
+
 def _common_sender(manager: Any, room: int, case: PrefillCase | None = None) -> Any:  # pragma: no cover
     """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one leaves ``send``
     to the transports (0.5.21, 0.5.22: ``CommonKVSender.send`` is a placeholder). Built under the case's attention
@@ -232,8 +238,7 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = 4242
-    # a plain send carries no state (0.5.21 and 0.5.22 have no prepare_send_state_indices)
-    manager = _Manager(None, room, getattr(CommonKVManager, "prepare_send_state_indices", None))
+    manager = _Manager(None, room, _prepare_state(CommonKVManager))
     sender = _common_sender(manager, room)
     sender.init(state.num_pages, 0)
     sender.curr_idx = state.curr_idx
@@ -285,7 +290,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = case.bootstrap_room
-    manager = _Manager(case, room, CommonKVManager.prepare_send_state_indices)
+    manager = _Manager(case, room, _prepare_state(CommonKVManager))
     registrations: list[tuple[int, int]] = []
     with _bootstrap_world(case, manager, room, registrations):
         sender = _common_sender(manager, room, case)
@@ -365,7 +370,10 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             req.extend_end = end
             if k == 0:
                 if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
-                    sched.maybe_send_cached_prefix_chunk(req, allow_send=case.early_send_blocked != "load_back")
+                    if case.early_send_blocked == "load_back":  # allow_send: 0.5.23 on (out of domain before)
+                        sched.maybe_send_cached_prefix_chunk(req, allow_send=False)
+                    else:
+                        sched.maybe_send_cached_prefix_chunk(req)
                 trace.start_send_idx.append(req.start_send_idx)
             sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
             trace.start_send_idx.append(req.start_send_idx)
@@ -416,6 +424,7 @@ def _bootstrap_world(
         manager.attn_dp_rank = case.attention_dp[1]
     if case.trace_requests:
         manager.sender_trace_module = "disaggregation"
+        manager.enable_trace = True  # the switch 0.5.21 and 0.5.22's Mooncake sender reads
 
     def post(url: str, json: dict[str, int], timeout: float) -> Any:
         assert url.endswith("/register_dp_rank"), url
@@ -424,7 +433,10 @@ def _bootstrap_world(
 
     with (
         mock.patch.object(conn, "requests", SimpleNamespace(post=post)),
-        mock.patch.object(conn, "get_observability", lambda: SimpleNamespace(enable_trace=case.trace_requests)),
+        # read by 0.5.23's sender; 0.5.22's reads the manager's enable_trace
+        mock.patch.object(
+            conn, "get_observability", lambda: SimpleNamespace(enable_trace=case.trace_requests), create=True
+        ),  # fmt: skip
     ):
         yield
 
@@ -473,7 +485,7 @@ def _kv_checksum(
             state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
             return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
 
-    def set_kv_checksum(req: Any, digest: int, signature: int) -> None:
+    def set_kv_checksum(req: Any, digest: int, signature: int | None = None) -> None:  # 0.5.22: (req, digest)
         # a digest over no page never reaches the kernel (adler32_strided_checksum returns 1): an empty read
         digests.append((read.pop() if read else ()) if digest else None)
 
@@ -491,7 +503,7 @@ def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: n
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = 4242
-    manager = _Manager(None, room, CommonKVManager.prepare_send_state_indices)
+    manager = _Manager(None, room, _prepare_state(CommonKVManager))
     sender = _common_sender(manager, room)
     sender.init(case.num_pages, case.aux_index)
     state = [np.array(s, dtype=np.int32) for s in case.state]
@@ -506,7 +518,7 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
-    manager = _Manager(None, case.room, CommonKVManager.prepare_send_state_indices)
+    manager = _Manager(None, case.room, _prepare_state(CommonKVManager))
     manager.req_to_decode_prefix_len = {case.room: case.decode_prefix}
     sender = _common_sender(manager, case.room)
     buffers = _BufferPool(case.aux_index, busy_polls=0)

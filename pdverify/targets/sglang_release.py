@@ -8,7 +8,8 @@ Releases moved and renamed the units under test (read from the released wheels, 
   the release's sender saw. From 0.5.16 (#31173) it takes the tensor itself.
 * ``page_align_floor`` from 0.5.11; ``suffix_page_indices``, ``minimax_index_transfer_pages`` and
   ``translate_token_ids`` (``sglang/kernels/ops/memory/virtual_slot.py``) in 0.5.23.
-* ``prepare_for_prebuilt_extend`` (0.4.6.post5 to 0.5.5) then ``prepare_for_prebuilt`` (0.5.6 on), over requests
+* ``prepare_for_prebuilt_extend`` (in ``disaggregation/decode.py`` to 0.4.6.post4, in its own mixin module from
+  0.4.6.post5, to 0.5.5) then ``prepare_for_prebuilt`` (0.5.6 on), over requests
   whose names changed four times (``pdverify.targets.layouts``: ``sglang-0.5.23`` from 0.5.22, ``sglang-any``
   before, whose requests carry every era's names, consistent with one another).
 * The function-level sender units (``send_kv_chunk``, ``decode_page_indices``: P9-P14, M1) are one call of the
@@ -19,7 +20,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.22, whose paged allocator first has a CPU path.
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.21 (``DECODE_QUEUE_DRIVER_FROM``).
 """
 
 from __future__ import annotations
@@ -34,14 +35,37 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import Target, TargetError
 
-SCHEDULER_DRIVERS_FROM = "0.5.23"
-"""The first release whose scheduler-level PD code has the form the drivers are written against."""
-DECODE_QUEUE_DRIVER_FROM = "0.5.22"
-"""The first release the ``pop_preallocated`` driver runs on: 0.5.22's paged allocator gained a torch-native
-``alloc_extend`` path (``alloc_extend_naive``); before, ``alloc_extend`` launches its Triton kernel only."""
+SCHEDULER_DRIVERS_FROM = "0.5.22"
+"""The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against
+(0.5.22's differences - no ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``,
+Mooncake's own sender - are met by the drivers; the inputs of 0.5.23's features are outside 0.5.22's domain)."""
+WIRE_DRIVER_FROM = "0.4.9.post4"
+"""The first release whose Mooncake receiver sends decode's metadata through ``_connect_to_bootstrap_server`` to each
+prefill peer (``init``, then ``send_metadata`` from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23): the wire
+driver records those frames."""
+DECODE_QUEUE_DRIVER_FROM = "0.5.21"
+"""The first release the ``pop_preallocated`` driver runs on: from 0.5.21 the queue has the form it is written
+against (``DecodePrefixMatch``, ``_send_kv_metadata`` / ``_transfer_page_indices``, ``_required_admission_tokens``,
+the host receive path; 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too). Before 0.5.22
+the paged allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on
+CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
-    "decode_queue": "its paged allocator's alloc_extend launches a Triton kernel only (no CPU path before 0.5.22's "
-    "alloc_extend_naive); the driver needs a stand-in for that kernel, not written yet",
+    "prefill_exchange": "0.5.21 and earlier have no DeferredBootstrap (common/bootstrap.py) and their requests "
+    "spell the chunk end extend_range.end and the prefix prefix_indices; 0.5.20 and earlier have no _send_kv_chunk "
+    "(one send_kv_chunk, no checksum, no transfer limit); a driver for those forms is not written yet",
+    "kv_sender": "0.5.21 and earlier build Mooncake's sender with TP and PP ranks and read get_parallel().dp_size, "
+    "which override() rejects in 0.5.17-0.5.20; 0.5.16 and earlier read the manager's server_args; a driver for "
+    "those forms is not written yet",
+    "bootstrap": "0.5.21 and earlier build the sender with TP and PP ranks; 0.5.12 and earlier finalise bootstrap "
+    "inline in pop_bootstrapped; a driver for those forms is not written yet",
+    "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
+    "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
+    "not written yet",
+    "wire_roundtrip": "before 0.4.9.post4 the receiver opens its own socket to one prefill server "
+    "(no _connect_to_bootstrap_server): a driver for that form is not written yet",
+    "decode_queue": "0.5.20 and earlier build the destination list inline (no _send_kv_metadata / "
+    "_transfer_page_indices), admit inline (no _required_admission_tokens / _prealloc_reservation_fits) and have no "
+    "host receive path; a driver for that form is not written yet",
 }
 """Why a scheduler-level unit has no driver before its driver's first release, where the reason is not the
 0.5.23 transfer hooks the other drivers call."""
@@ -49,6 +73,9 @@ CHUNK_SENDER_FROM = "0.5.21"
 """The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units)."""
 
 SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
+MIXIN_MODULES = (SGLANG_MIXIN, "sglang.srt.disaggregation.decode")
+"""Where ``ScheduleBatchDisaggregationDecodeMixin`` lives: its own module from 0.4.6.post5, ``decode.py`` before
+(0.4.4.post2-0.4.6.post4 have ``prepare_for_prebuilt_extend`` there)."""
 
 
 def _find(modules: tuple[str, ...], name: str) -> tuple[Any, str] | None:
@@ -121,16 +148,15 @@ def sglang_release_target() -> Target:
         _find(("sglang.kernels.ops.memory.virtual_slot",), "translate_token_ids"),
         f"sglang {release} has no translate_token_ids (virtual-id unified pools)",
     )
-    mixin = _find((SGLANG_MIXIN,), "ScheduleBatchDisaggregationDecodeMixin")
+    mixin = _find(MIXIN_MODULES, "ScheduleBatchDisaggregationDecodeMixin")
     prebuilt = None
     if mixin is not None:
+        module = mixin[1].rsplit(".", 1)[0]
         for name in ("prepare_for_prebuilt", "prepare_for_prebuilt_extend"):
             if hasattr(mixin[0], name):
-                prebuilt = (getattr(mixin[0], name), f"{SGLANG_MIXIN}.ScheduleBatchDisaggregationDecodeMixin.{name}")
+                prebuilt = (getattr(mixin[0], name), f"{mixin[1]}.{name}")
                 break
-    supply(
-        "prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation (came in 0.4.6.post5)"
-    )
+    supply("prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation")
 
     def drive(units: tuple[str, ...], since: dict[str, str], load: Callable[[], tuple[Any, ...]]) -> None:
         """Supply each of ``units`` with pdverify's driver of SGLang's own methods from release ``since[unit]``."""
@@ -175,7 +201,10 @@ def sglang_release_target() -> Target:
         "decode_queue",
         "wire_roundtrip",
     )
-    since = {u: SCHEDULER_DRIVERS_FROM for u in scheduler_units} | {"decode_queue": DECODE_QUEUE_DRIVER_FROM}
+    since = {u: SCHEDULER_DRIVERS_FROM for u in scheduler_units} | {
+        "decode_queue": DECODE_QUEUE_DRIVER_FROM,
+        "wire_roundtrip": WIRE_DRIVER_FROM,
+    }
     drive(scheduler_units, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")
     drive(sender_units, dict.fromkeys(sender_units, CHUNK_SENDER_FROM), sender_drivers)
@@ -186,7 +215,7 @@ def sglang_release_target() -> Target:
         name="sglang",
         description=f"the installed sglang {release}",
         layout=layout,
-        sampling_info_path=f"{SGLANG_MIXIN}.SamplingBatchInfo.from_schedule_batch" if prebuilt else None,
+        sampling_info_path=f"{module}.SamplingBatchInfo.from_schedule_batch" if prebuilt else None,
         package="sglang",
         release=release,
         unit_sources=tuple(sources),
