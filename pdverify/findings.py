@@ -42,6 +42,13 @@ class KnownDefect:
     explains: Callable[[Mapping[str, Any], str], bool]
     """Whether the property's assertion message on these arguments is this defect's failure."""
 
+    also: tuple[str, ...] = ()
+    """Further properties the same defect fails (one cause, several observations; each has its triage row)."""
+
+    def properties(self) -> tuple[str, ...]:
+        """Every property that observes this defect."""
+        return (self.property, *self.also)
+
     def recorded_for(self, target: Any) -> bool:
         return getattr(target, "package", None) == self.package and getattr(target, "release", None) in self.releases
 
@@ -190,6 +197,60 @@ T4_RELEASES = (
 )
 """Every release with a PREBUILT batch before 0.4.10.post2 (#8094)."""
 
+_SUFFIX = ("DSA", "MINIMAX_INDEX_K")
+
+
+def _t5_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A suffix state type and a decode prefix: only then do a list from 0 and the suffix from ``D`` differ."""
+    if "pair" in kwargs:
+        _, dec = kwargs["pair"]
+        return any(k in _SUFFIX for k in dec.state_types) and dec.decode_prefix > 0
+    case = kwargs.get("case")
+    return case is not None and any(k in _SUFFIX for k in case.state_types) and case.decode_prefix > 0
+
+
+def _t5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P16 / P18: a DSA or MiniMax index-K list that is exactly the pages of ``[0, L)`` where the suffix from ``D`` is
+    expected. D1: decode's list of such a type has a page for every position of ``[0, L)``. P18p: a mispairing in one
+    of those lists (both sides' lists start at 0, the pairing at ``D``)."""
+    head = message.splitlines()[0] if message else ""
+    if "pair" in kwargs:
+        return re.match(r"(DSA|MINIMAX_INDEX_K)(\[\d+\])?: ", head) is not None
+    case = kwargs["case"]
+    d1 = re.match(r"(DSA|MINIMAX_INDEX_K) list \[([\d, ]*)\] from position (\d+): ", head)
+    if d1 is not None:  # D1: decode's list holds a page per position of [0, L) where the suffix from D is expected
+        sent = [v for v in d1.group(2).split(",") if v.strip()]
+        return int(d1.group(3)) == case.decode_prefix and len(sent) == -(-case.length // case.page_size)
+    m = re.match(r"(DSA|MINIMAX_INDEX_K) state list \[([\d, ]*)\], expected \[([\d, ]*)\] \(D=(\d+)\)$", head)
+    if m is None:
+        return False
+    got = [int(v) for v in m.group(2).split(",") if v.strip()]
+    return got == [loc // case.page_size for loc in case.row[:: case.page_size]]
+
+
+def _t6_shows(kwargs: Mapping[str, Any]) -> bool:
+    """The KV checksum on (not a health check) with a decode prefix."""
+    case = kwargs.get("case")
+    return (
+        case is not None
+        and getattr(case, "kv_checksum", False)
+        and not getattr(case, "health_check", False)
+        and case.decode_prefix > 0
+    )
+
+
+def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S16's message when the one digest covers the pages of ``[0, L)`` - the prefix decode held, never sent, too -
+    by their physical ids or, on a translated pool, their virtual ones (F2 as well)."""
+    case = kwargs["case"]
+    ps = case.page_size
+    virtual = tuple(loc // ps for loc in case.row[::ps])
+    ids = [virtual]
+    if case.translation is not None:
+        ids.append(tuple(case.translation[p] for p in virtual))
+    return any(message.startswith(f"digests [{pages!r}], expected one over the pages sent") for pages in ids)
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -234,10 +295,31 @@ KNOWN: dict[str, KnownDefect] = {
             _t3_explains,
         ),
         KnownDefect(
+            "T5",
+            "P16",
+            "sglang",
+            ("0.5.22",),
+            "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
+            "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
+            _t5_shows,
+            _t5_explains,
+            also=("P18", "P18p", "D1"),
+        ),
+        KnownDefect(
+            "T6",
+            "S16",
+            "sglang",
+            ("0.5.22",),
+            "with the KV checksum on, both sides digest the request's pages from 0, the prefix decode held and prefill "
+            "never sent included (fixed in 0.5.23)",
+            _t6_shows,
+            _t6_explains,
+        ),
+        KnownDefect(
             "F1",
             "D1",
             "sglang",
-            ("0.5.23",),
+            ("0.5.22", "0.5.23"),
             "decode's full-from-0 state lists name page 0 or a stale page for prefix positions whose HiCache restore "
             "is pending",
             _f1_shows,
@@ -247,7 +329,7 @@ KNOWN: dict[str, KnownDefect] = {
             "F2",
             "S16",
             "sglang",
-            ("0.5.23",),
+            ("0.5.22", "0.5.23"),
             "the KV checksum digests the untranslated (virtual) page ids on a unified-memory pool",
             _f2_shows,
             _f2_explains,
@@ -258,4 +340,4 @@ KNOWN: dict[str, KnownDefect] = {
 
 def recorded(property_id: str, target: Any) -> list[KnownDefect]:
     """The known defects of ``property_id`` recorded for ``target``'s release (none for a target that is not one)."""
-    return [d for d in KNOWN.values() if d.property == property_id and d.recorded_for(target)]
+    return [d for d in KNOWN.values() if property_id in d.properties() and d.recorded_for(target)]

@@ -64,7 +64,7 @@ def test_every_recorded_finding_has_a_signature_and_every_signature_a_record() -
         recorded |= {(f["id"], f["property"], data["release"]) for f in data["findings"]}
     triage = json.loads((ROOT / "findings" / "triage.json").read_text())["triage"]
     defects = {(t["id"], t["property"], r) for t in triage if t["kind"] == "upstream defect" for r in t["releases"]}
-    signatures = {(k, d.property, r) for k, d in KNOWN.items() for r in d.releases}
+    signatures = {(k, prop, r) for k, d in KNOWN.items() for prop in d.properties() for r in d.releases}
     assert recorded <= defects, "a finding of a conformance record is missing from the triage"
     assert defects == signatures, "every triaged upstream defect carries a signature (pdverify.findings) and back"
 
@@ -88,4 +88,33 @@ def test_signatures_and_explanations_are_precise() -> None:
     )
     assert f1.explains({"case": case}, pending) and not f1.explains({"case": case}, held_elsewhere)
     assert not f1.explains({"case": case}, "main KV list [1] from position 0: logical page, sent, held = []")
-    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.22"))
+    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.21"))
+    assert f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.22"))
+
+
+def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
+    """T3-T6, found by the matrix once its drivers and clauses reached the releases: each signature and explanation
+    is narrow - the same property failing another way is a new failure."""
+    from types import SimpleNamespace as NS
+
+    t3, t4, t5, t6 = (KNOWN[k] for k in ("T3", "T4", "T5", "T6"))
+    queue = NS(page_size=16, radix=False, requests=[NS(fill_len=1), NS(fill_len=17)])
+    assert t3.shows({"case": queue}) and not t3.shows({"case": NS(page_size=16, radix=True, requests=queue.requests)})
+    assert not t3.shows({"case": NS(page_size=1, radix=False, requests=queue.requests)})
+    assert t3.explains({"case": queue}, "16 tokens allocated, the budget was 15\nassert 16 <= 15")
+    assert not t3.explains({"case": queue}, "32 tokens allocated, the budget was 15")  # a page too many: not T3
+    assert t4.explains({"batch": NS()}, "prepare_for_prebuilt left batch.multimodal_inputs unset")
+    assert not t4.explains({"batch": NS()}, "prepare_for_prebuilt left batch.seq_lens unset")
+    row = tuple(p * 4 + o for p in (5, 6, 2) for o in range(4))
+    case = NS(state_types=("DSA",), decode_prefix=4, page_size=4, length=12, row=row)
+    assert t5.shows({"case": case}) and not t5.shows({"case": NS(state_types=("SWA",), decode_prefix=4)})
+    assert t5.explains({"case": case}, "DSA state list [5, 6, 2], expected [6, 2] (D=4)")
+    assert not t5.explains({"case": case}, "DSA state list [6], expected [6, 2] (D=4)")  # a lost page: not T5
+    assert t5.explains({"case": case}, "DSA list [40, 0, 38] from position 4: logical page, sent, held = []")
+    assert not t5.explains({"case": case}, "DSA list [40, 0] from position 4: logical page, sent, held = []")
+    assert t5.explains({"pair": (case, case)}, "DSA[0]: prefill page 1 is not its logical page 1")
+    assert not t5.explains({"pair": (case, case)}, "SWA[0]: prefill page 1 is not its logical page 1")
+    checked = NS(kv_checksum=True, health_check=False, decode_prefix=4, page_size=4, row=row, translation=None)
+    assert t6.shows({"case": checked}) and not t6.shows({"case": NS(**{**vars(checked), "decode_prefix": 0})})
+    assert t6.explains({"case": checked}, "digests [(5, 6, 2)], expected one over the pages sent for [D, L)")
+    assert not t6.explains({"case": checked}, "digests [(6, 2)], expected one over the pages sent for [D, L)")

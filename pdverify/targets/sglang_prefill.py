@@ -1,6 +1,7 @@
 """The prefill exchange unit on the installed SGLang: its own scheduler methods and KV sender, driven on CPU.
 
-Runs, unmodified, ``PrefillBootstrapQueue.finalize_bootstrap``, ``SchedulerDisaggregationPrefillMixin``'s
+Runs, unmodified, ``PrefillBootstrapQueue.pop_bootstrapped`` (the poll of the sender, a failed request dropped,
+``finalize_bootstrap``; the poll's all-reduce over one rank is the identity), ``SchedulerDisaggregationPrefillMixin``'s
 ``maybe_send_cached_prefix_chunk``, ``send_kv_chunk`` and ``_send_kv_chunk`` (with ``compute_grid_segments``,
 the state payload closures and SGLang's ``kv_to_page_indices`` / ``suffix_page_indices`` /
 ``minimax_index_transfer_pages``), the virtual-to-physical translation through SGLang's own page-table lookup
@@ -79,6 +80,10 @@ class _Manager:
         self.transfer_infos = {room: peers}
         self.decode_kv_args_table = {peer: SimpleNamespace(requires_dcp_relayout=True) for peer in peers}
         self.status: list[tuple[int, Any]] = []
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        self.request_status: dict[int, Any] = {room: KVPoll.Bootstrapping}
+        self.defer_decode_allocation = False
         self.failures: list[tuple[int, str]] = []
         self.transfers: list[Transfer] = []
         self.raw: list[tuple[Any, slice, bool]] = []
@@ -87,6 +92,12 @@ class _Manager:
 
     def update_status(self, room: int, status: Any) -> None:
         self.status.append((room, status))
+        self.request_status[room] = status
+
+    def check_status(self, room: int) -> Any:
+        """The room's status as the sender polls it: decode's destinations have arrived (``WaitingForInput``)
+        unless something failed the room."""
+        return self.request_status[room]
 
     def record_failure(self, room: int, reason: str) -> None:
         self.failures.append((room, reason))
@@ -294,6 +305,11 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     registrations: list[tuple[int, int]] = []
     with _bootstrap_world(case, manager, room, registrations):
         sender = _common_sender(manager, room, case)
+    from sglang.srt.disaggregation.base.conn import KVPoll
+
+    manager.defer_decode_allocation = manager.deferred_bootstrap is not None
+    if manager.request_status[room] != KVPoll.Failed:  # decode's destinations arrive (the bootstrap thread's part)
+        manager.request_status[room] = KVPoll.WaitingForInput
 
     width = case.length + case.page_size
     table = torch.zeros((case.req_pool_idx + 1, width), dtype=torch.int32, device=device)
@@ -315,10 +331,19 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
 
     buffers = _BufferPool(case.aux_index, busy_polls=case.buffer_waits)
 
+    dropped: list[str] = []
+    sched.handle_bootstrap_failure = lambda r: dropped.append(r.rid)  # the scheduler's abort of a failed request
+    sched.processed_tokens_counter = 0
+    sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
+    sched.tree_cache = None
+
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
             self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
+            self.queue: list[Any] = []
+            self.pp_size, self.pp_rank = 1, 0
+            self.scheduler_stage_metrics = None  # stage timing off (its decorator records into it)
 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
@@ -332,7 +357,9 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         disagg_kv_sender=sender,
         pending_bootstrap=True,
         metadata_buffer_index=case.aux_index if case.held_buffer else -1,
-        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None),
+        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
+        prefill_attempt_count=0,
+        is_retracted=False,
         prefix_len=(case.early_prefix or 0) + case.host_hit_length,
         host_hit_length=case.host_hit_length,
         **case.extra,  # registered request fields
@@ -345,7 +372,6 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.enable_overlap = case.overlap
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
-    from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.environ import envs
     from sglang.srt.runtime_context import get_parallel
 
@@ -360,13 +386,19 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         if case.early_send_blocked == "bootstrapping" and case.early_prefix is not None:
             req.extend_end = case.chunk_ends[0]  # the first batch runs while the request bootstraps
             sched.maybe_send_cached_prefix_chunk(req)
-        bootstraps = [bool(Queue().finalize_bootstrap(req))]
-        while not bootstraps[-1] and len(bootstraps) <= case.buffer_waits:  # polled again, as the queue does
-            bootstraps.append(bool(Queue().finalize_bootstrap(req)))
-        assert bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
-        trace = PrefillTrace(sender.num_kv_indices, manager.transfers, [req.start_send_idx])
+        # the bootstrap queue's own pass (pop_bootstrapped: poll, drop a failed request, finalise), polled again
+        # while the request waits for a metadata buffer; one rank, so the poll's all-reduce is the identity
+        queue = Queue()
+        queue.queue = [req]
+        bootstraps: list[bool] = []
+        with mock.patch.object(prefill, "poll_and_all_reduce_attn_cp_tp_group", lambda p, *g: [s.poll() for s in p]):
+            while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
+                bootstraps.append(bool(queue.pop_bootstrapped()))
+        assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
+        # a sender dropped at bootstrap was never initialised: it announced no pages
+        trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
         trace.bootstraps, trace.buffers_taken = bootstraps, buffers.taken
-        for k, end in enumerate(case.chunk_ends):
+        for k, end in enumerate([] if dropped else case.chunk_ends):  # a request dropped at bootstrap never runs
             req.extend_end = end
             if k == 0:
                 if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
