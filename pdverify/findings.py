@@ -220,7 +220,7 @@ def _t5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     d1 = re.match(r"(DSA|MINIMAX_INDEX_K) list \[([\d, ]*)\] from position (\d+): ", head)
     if d1 is not None:  # D1: decode's list holds a page per position of [0, L) where the suffix from D is expected
         sent = [v for v in d1.group(2).split(",") if v.strip()]
-        return int(d1.group(3)) == case.decode_prefix and len(sent) == -(-case.length // case.page_size)
+        return bool(int(d1.group(3)) == case.decode_prefix and len(sent) == -(-case.length // case.page_size))
     m = re.match(r"(DSA|MINIMAX_INDEX_K) state list \[([\d, ]*)\], expected \[([\d, ]*)\] \(D=(\d+)\)$", head)
     if m is None:
         return False
