@@ -251,6 +251,38 @@ def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return any(message.startswith(f"digests [{pages!r}], expected one over the pages sent") for pages in ids)
 
 
+def _t7_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S21 holding the early send back for a pending HiCache load-back."""
+    hold = kwargs.get("hold")
+    return isinstance(hold, Mapping) and hold.get("early_send_blocked") == "load_back"
+
+
+def _t7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S21's message when the early send went out all the same: the request shipped its transfers as with an
+    early send, or (under the overlap scheduler) one of them waits on the forward event the early send records."""
+    return message.startswith(
+        ("with the early send held back ({'early_send_blocked': 'load_back'}", "a transfer waits on a forward event")
+    )
+
+
+def _t8_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S17 with the KV cache sharded across the prefill ranks."""
+    split = kwargs.get("split")
+    return isinstance(split, tuple) and split[0] == "kv_shard"
+
+
+def _t8_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S17's message when a KV-sharded rank sends every page of the request by its global id: a page another rank
+    owns, a position another rank sent, or a global id where the local one (``l // N``) is expected."""
+    head = message.splitlines()[0] if message else ""
+    if "(kv_shard)" not in head:
+        return False
+    value = re.match(r"position \d+: sent (\d+), expected (\d+): rank \d+ of (\d+) ", head)
+    if value is not None:
+        return int(value.group(1)) // int(value.group(3)) == int(value.group(2))
+    return re.match(r"(page \d+ belongs to rank \d+|position \d+ sent twice)", head) is not None
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -314,6 +346,26 @@ KNOWN: dict[str, KnownDefect] = {
             "never sent included (fixed in 0.5.23)",
             _t6_shows,
             _t6_explains,
+        ),
+        KnownDefect(
+            "T7",
+            "S21",
+            "sglang",
+            ("0.5.22",),
+            "prefill's early cached-prefix send goes out while a HiCache load-back of the same batch may still be "
+            "writing those prefix pages: decode receives stale KV (fixed in 0.5.23, #44070)",
+            _t7_shows,
+            _t7_explains,
+        ),
+        KnownDefect(
+            "T8",
+            "S17",
+            "sglang",
+            ("0.5.22",),
+            "a KV-sharded prefill rank (--enable-kv-cache-sharding, PD prefill only) sends every page of the request "
+            "by its global id: the transfer ignores the sharding (fixed in 0.5.23)",
+            _t8_shows,
+            _t8_explains,
         ),
         KnownDefect(
             "F1",

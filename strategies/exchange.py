@@ -118,9 +118,7 @@ def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
 
 @st.composite
 def _rank_splits(draw: st.DrawFn, *, max_ranks: int) -> tuple[str, int]:
-    # read at draw time: KV cache sharding is an input of 0.5.23 on (DOMAIN.has("kv_shard"))
-    modes = tuple(m for m in RANK_SPLITS if m != "kv_shard" or DOMAIN.has("kv_shard"))
-    return draw(st.sampled_from(modes)), draw(st.integers(2, max_ranks))
+    return draw(st.sampled_from(RANK_SPLITS)), draw(st.integers(2, max_ranks))
 
 
 def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:

@@ -118,3 +118,13 @@ def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
     assert t6.shows({"case": checked}) and not t6.shows({"case": NS(**{**vars(checked), "decode_prefix": 0})})
     assert t6.explains({"case": checked}, "digests [(5, 6, 2)], expected one over the pages sent for [D, L)")
     assert not t6.explains({"case": checked}, "digests [(6, 2)], expected one over the pages sent for [D, L)")
+    t7, t8 = KNOWN["T7"], KNOWN["T8"]
+    held = {"hold": {"early_send_blocked": "load_back"}}
+    assert t7.shows(held) and not t7.shows({"hold": {"early_send_blocked": "bootstrapping"}})
+    assert t7.explains(held, "with the early send held back ({'early_send_blocked': 'load_back'}, early prefix 12) ...")
+    assert not t7.explains(held, "with the early send held back ({'early_send_blocked': 'bootstrapping'}, ...) ...")
+    shard = {"split": ("kv_shard", 2)}
+    assert t8.shows(shard) and not t8.shows({"split": ("cp_all", 2)})
+    assert t8.explains(shard, "position 0: sent 6, expected 3: rank 0 of 2 (kv_shard): [6] -> dst[0:1]")
+    assert not t8.explains(shard, "position 0: sent 7, expected 2: rank 0 of 2 (kv_shard): [7] -> dst[0:1]")
+    assert not t8.explains(shard, "position 0: sent 6, expected 6: rank 0 of 2 (cp_all): [6] -> dst[0:1]")

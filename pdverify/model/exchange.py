@@ -145,10 +145,6 @@ class PrefillCase:
         used = [f"state:{name}" for name in self.state_types]
         if self.host_tensor_indices:
             used.append("host_tensor_indices")
-        if self.early_send_blocked == "load_back":
-            used.append("early_send_load_back")
-        if self.rank_split is not None and self.rank_split[0] == "kv_shard":
-            used.append("kv_shard")
         return tuple(used)
 
     def __post_init__(self) -> None:

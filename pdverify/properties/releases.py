@@ -104,15 +104,9 @@ class InputDomain:
 # contract_evidence.json): a release before one is never given its inputs, the strategies ask ``DOMAIN.has``.
 FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices (Mooncake), first in sglang 0.5.23",
                                     "0.5.23")  # fmt: skip
-FROM_EARLY_SEND_LOAD_BACK = Contract(
-    "an early cached-prefix send held back by a HiCache load-back (allow_send), first in sglang 0.5.23", "0.5.23"
-)
-FROM_KV_SHARD = Contract("KV cache sharded across prefill ranks (kv_shard_size), first in sglang 0.5.23", "0.5.23")
 FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
 FEATURES: dict[str, Contract] = {
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
-    "early_send_load_back": FROM_EARLY_SEND_LOAD_BACK,
-    "kv_shard": FROM_KV_SHARD,
     "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
 }
 """Input feature -> the first release that has it."""

@@ -21,6 +21,7 @@ Mooncake's) needs CUDA for three calls: without CUDA, ``prefill.torch`` is ``Tor
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -402,7 +403,10 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             req.extend_end = end
             if k == 0:
                 if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
-                    if case.early_send_blocked == "load_back":  # allow_send: 0.5.23 on (out of domain before)
+                    # a HiCache load-back pending: 0.5.23's scheduler passes allow_send=False (#44070); 0.5.22's
+                    # call site has no such argument and calls it as always (scheduler.py:4527)
+                    takes = "allow_send" in inspect.signature(sched.maybe_send_cached_prefix_chunk).parameters
+                    if case.early_send_blocked == "load_back" and takes:
                         sched.maybe_send_cached_prefix_chunk(req, allow_send=False)
                     else:
                         sched.maybe_send_cached_prefix_chunk(req)
