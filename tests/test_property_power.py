@@ -70,7 +70,8 @@ KILLERS: dict[str, list[str]] = {
     "P17": ["XS06", "XS07"],
     "P18": ["XS08", "XS09", "XS10"],
     "W1": ["XW01", "XW02", "XW03", "DP01"],
-    "W2": ["XW01", "XW02", "XW03"],  # one a clause: pages, decode_prefix, state_lists
+    "W2": ["XW01", "XW02", "XW03"],
+    "X1": ["XW02", "XW03", "XD02"],  # one a clause: pages, decode_prefix, state_lists
     "D1": ["XD01", "XD02", "XD03", "XD04", "XD05"],
     "D2": ["XD06", "XD07"],
     "D3": ["XD08", "XD09"],

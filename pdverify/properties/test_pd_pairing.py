@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, state_list_start
+import numpy as np
+
+from pdverify.model.exchange import (
+    DecodeCase,
+    DecodeTrace,
+    PrefillCase,
+    PrefillTrace,
+    WireMessage,
+    state_list_start,
+)
 from pdverify.properties.registry import note_event, prop, within_release
 from pdverify.strategies import pd_exchanges
 from pdverify.targets import Target
@@ -62,3 +71,55 @@ def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[Prefi
             assert d_page == got.row[pos] // ps, (
                 f"{kind}[{i}]: decode page {d_page} is not its logical page {first + i}"
             )
+
+
+@prop(
+    "X1",
+    "the two sides joined through the real wire: what decode's pre-allocation sends (pages, aux index, state lists, "
+    "prefix), parsed back by prefill's wire code, is what prefill's exchange consumes - prefill starts from the "
+    "parsed prefix, its sends land on the parsed destination list once each and in order, each destination is "
+    "decode's page for the logical page prefill sends there, and its final state lists pair up with the parsed ones",
+    needs=("decode_prealloc", "wire_roundtrip", "prefill_exchange"),
+    pair=pd_exchanges(),
+)
+def test_x1_exchange_through_the_wire(target: Target, device: str, pair: tuple[PrefillCase, DecodeCase]) -> None:
+    pre, dec = pair
+    within_release(dec, pre)
+    got: DecodeTrace = target.require("decode_prealloc")(dec, device)
+    announced = got.decode_prefix_len if isinstance(got.decode_prefix_len, int) else 0
+    msg: WireMessage = target.require("wire_roundtrip")(
+        np.asarray(got.pages, dtype=np.int32), got.aux_index, [list(s) for s in got.state], announced
+    )
+    assert (list(msg.pages), msg.aux_index, msg.decode_prefix_len) == (list(got.pages), got.aux_index, announced), (
+        f"decode sent pages {list(got.pages)}, aux {got.aux_index}, prefix {announced}; prefill read "
+        f"{list(msg.pages)}, {msg.aux_index}, {msg.decode_prefix_len}"
+    )
+    d, ps = announced, dec.page_size  # what the wire carried (asserted equal above)
+    sent: PrefillTrace = target.require("prefill_exchange")(replace(pre, decode_prefix=d), device)
+    assert sent.num_pages == len(msg.pages), (
+        f"prefill announces {sent.num_pages} pages for {len(msg.pages)} destinations"
+    )
+    landed = [pos for t in sent.transfers for pos in t.destinations]
+    assert landed == list(range(len(msg.pages))), f"prefill's sends land on {landed} of {len(msg.pages)} destinations"
+
+    def prefill_page(logical: int) -> int:
+        page = pre.row[logical * ps] // ps
+        return pre.translation[page] if pre.translation is not None else page
+
+    for t in sent.transfers:
+        for pos, page in zip(t.destinations, t.pages, strict=True):
+            logical = d // ps + pos
+            assert msg.pages[pos] == got.row[logical * ps] // ps, (
+                f"destination {pos} is decode page {msg.pages[pos]}, not decode's logical page {logical}"
+            )
+            assert page == prefill_page(logical), f"prefill sends page {page} to destination {pos} (logical {logical})"
+    final = sent.transfers[-1].state if sent.transfers else None
+    assert final is not None and len(final) == len(msg.state) == len(dec.state_types), (
+        f"prefill's final state {final}, parsed {list(msg.state)}, for {dec.state_types}"
+    )
+    for kind, p_list, d_list in zip(dec.state_types, final, msg.state, strict=True):
+        assert len(p_list) == len(d_list), (
+            f"{kind}: prefill sends {len(p_list)} entries, decode registered {len(d_list)}"
+        )
+    if d:
+        note_event("a decode prefix through the wire")
