@@ -167,6 +167,8 @@ def not_applicable_reason(message: str) -> str:
     design (a boundary with its evidence), or pdverify has no driver for the release's form of the path."""
     if "no driver" in message:
         return "no driver"
+    if "import of " in message and " failed (" in message:
+        return "import failure"
     if "contract before" in message or "contract after" in message:
         return "contract"
     return "no such code"

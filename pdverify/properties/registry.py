@@ -367,6 +367,8 @@ def prop(
                             EXAMPLES.suppressed.add(clause)
                             if any(applies_to(c, EXAMPLES.release) for c in declared):
                                 continue  # the other clauses are checked on this input all the same
+                            if clauses:
+                                return None  # the other clauses are set aside or not applicable: none left here
                             reject()  # a recorded finding, reproduced: set aside, and the search goes on
                     # Hypothesis replays the shrunk failing example last, so the last failing call's arguments
                     # are the counterexample (a hang's are the hanging example's).

@@ -58,6 +58,7 @@ FROM_POOL_INDICES_CPU = Contract("req_pool_indices_cpu is set, first in sglang 0
 FROM_RETRACTED_STAIN = Contract("a stained (retracted) request's bookkeeping is kept, first in sglang 0.5.6", "0.5.6")
 FROM_REBOOTSTRAP = Contract("PD rebootstrap (pd_rebootstrap_in_progress cleared), first in sglang 0.5.16", "0.5.16")
 FROM_LOGPROB_STARTS_NONE = Contract("extend_logprob_start_lens is None, first in sglang 0.5.15", "0.5.15")
+FROM_PD_LOGPROB = Contract("PD decode returns logprobs (#6558), first in sglang 0.4.6.post5", "0.4.6.post5")
 FROM_PREBUILT_MODE = Contract("ForwardMode.PREBUILT (EXTEND before), first in sglang 0.5.5.post1", "0.5.5.post1")
 
 # When the metadata wire gained each field it now carries:

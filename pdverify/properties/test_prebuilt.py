@@ -14,6 +14,7 @@ from pdverify.properties.registry import FROM_35070, Clause, applies, examples, 
 from pdverify.properties.releases import (
     DOMAIN,
     FROM_LOGPROB_STARTS_NONE,
+    FROM_PD_LOGPROB,
     FROM_POOL_INDICES_CPU,
     FROM_PREBUILT_MODE,
     FROM_REBOOTSTRAP,
@@ -249,7 +250,9 @@ def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
     "P26",
     "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
     clauses=(
-        Clause("logprob_lists", title="top_logprobs_nums / token_ids_logprobs from the requests, or untouched"),
+        Clause(
+            "logprob_lists", FROM_PD_LOGPROB, "top_logprobs_nums / token_ids_logprobs from the requests, or untouched"
+        ),
         Clause("multimodal_inputs", title="multimodal_inputs: each request's own object, in batch order"),
         Clause("logprob_starts_none", FROM_LOGPROB_STARTS_NONE, "extend_logprob_start_lens and its ids are None"),
     ),

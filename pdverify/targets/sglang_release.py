@@ -25,6 +25,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -78,16 +79,33 @@ MIXIN_MODULES = (SGLANG_MIXIN, "sglang.srt.disaggregation.decode")
 (0.4.4.post2-0.4.6.post4 have ``prepare_for_prebuilt_extend`` there)."""
 
 
+IMPORT_FAILURES: dict[str, str] = {}
+"""Modules of the release that exist but failed to import (module -> error): a unit behind one is reported absent
+with that error, never as code the release does not have."""
+
+
 def _find(modules: tuple[str, ...], name: str) -> tuple[Any, str] | None:
     for module in modules:
         try:
             mod = importlib.import_module(module)
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module.startswith(exc.name):
+                continue  # the release has no such module
+            IMPORT_FAILURES[module] = f"{type(exc).__name__}: {exc}"
+            continue
+        except ImportError as exc:
+            IMPORT_FAILURES[module] = f"{type(exc).__name__}: {exc}"
             continue
         fn = getattr(mod, name, None)
         if fn is not None:
             return fn, f"{module}.{name}"
     return None
+
+
+def _absent(modules: tuple[str, ...], why: str) -> str:
+    """Why a unit is absent: the module's import error when one of ``modules`` exists but failed to import."""
+    failed = [f"import of {m} failed ({IMPORT_FAILURES[m][:200]})" for m in modules if m in IMPORT_FAILURES]
+    return "; ".join(failed) if failed else why
 
 
 def host_input(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,21 +151,28 @@ def sglang_release_target() -> Target:
     if pages is not None and version < Version("0.5.16"):
         pages = (host_input(pages[0]), f"{pages[1]} (on .cpu().numpy(), as its call sites)")
     supply(
-        "kv_to_page_indices", pages, f"sglang {release} has no kv_to_page_indices (paged transfer came in 0.4.5.post2)"
+        "kv_to_page_indices",
+        pages,
+        _absent(places, f"sglang {release} has no kv_to_page_indices (paged transfer came in 0.4.5.post2)"),
     )
-    supply("kv_to_page_num", _find(places, "kv_to_page_num"), f"sglang {release} has no kv_to_page_num")
-    supply("page_align_floor", _find(places, "page_align_floor"), f"sglang {release} has no page_align_floor")
-    supply("suffix_page_indices", _find(places, "suffix_page_indices"), f"sglang {release} has no suffix_page_indices")
+    for helper in ("kv_to_page_num", "page_align_floor", "suffix_page_indices"):
+        supply(helper, _find(places, helper), _absent(places, f"sglang {release} has no {helper}"))
     supply(
         "minimax_index_transfer_pages",
         _find(("sglang.srt.disaggregation.minimax",), "minimax_index_transfer_pages"),
-        f"sglang {release} has no minimax_index_transfer_pages",
+        _absent(("sglang.srt.disaggregation.minimax",), f"sglang {release} has no minimax_index_transfer_pages"),
     )
     supply(
         "translate_token_ids",
         _find(("sglang.kernels.ops.memory.virtual_slot",), "translate_token_ids"),
-        f"sglang {release} has no translate_token_ids (virtual-id unified pools)",
+        _absent(
+            ("sglang.kernels.ops.memory.virtual_slot",),
+            f"sglang {release} has no translate_token_ids (virtual-id unified pools)",
+        ),
     )
+    with contextlib.suppress(ImportError):
+        # the server imports the batch before the decode module: older releases import circularly the other way
+        importlib.import_module("sglang.srt.managers.schedule_batch")
     mixin = _find(MIXIN_MODULES, "ScheduleBatchDisaggregationDecodeMixin")
     prebuilt = None
     if mixin is not None:
@@ -156,7 +181,8 @@ def sglang_release_target() -> Target:
             if hasattr(mixin[0], name):
                 prebuilt = (getattr(mixin[0], name), f"{mixin[1]}.{name}")
                 break
-    supply("prepare_for_prebuilt", prebuilt, f"sglang {release} has no PREBUILT batch preparation")
+    supply("prepare_for_prebuilt", prebuilt,
+           _absent(MIXIN_MODULES, f"sglang {release} has no PREBUILT batch preparation"))  # fmt: skip
 
     def drive(units: tuple[str, ...], since: dict[str, str], load: Callable[[], tuple[Any, ...]]) -> None:
         """Supply each of ``units`` with pdverify's driver of SGLang's own methods from release ``since[unit]``."""
