@@ -110,7 +110,28 @@ def run_release(release: str, args: argparse.Namespace) -> dict[str, Any]:
         return row
     row["summary"] = data["summary"]
     row["properties"] = {p["id"]: p for p in data["properties"]}
+    row["units"] = data["target"].get("units", {})
     return row
+
+
+def unit_kind(where: str) -> str:
+    """What a release target says of one of its units: ``driven`` (the release's own function behind it), ``no
+    driver`` (the release has the code, pdverify does not drive its form), ``import failure`` or ``absent``."""
+    if "no driver" in where:
+        return "no driver"
+    if "import of " in where and " failed (" in where:
+        return "import failure"
+    if " has no " in where:
+        return "absent"
+    return "driven"
+
+
+def coverage(row: dict[str, Any]) -> dict[str, list[str]]:
+    """Per kind of ``unit_kind``, the release's units of that kind."""
+    out: dict[str, list[str]] = {"driven": [], "no driver": [], "import failure": [], "absent": []}
+    for unit, where in row.get("units", {}).items():
+        out[unit_kind(where)].append(unit)
+    return out
 
 
 def reproduce(release: str, prop: dict[str, Any], profile: str) -> str:
@@ -197,7 +218,15 @@ def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], Any]) -> str:
     if untriaged:
         head += f"; UNTRIAGED failures: {', '.join(untriaged)}"
     na = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "none"
-    return f"* **{release}**: {head} ({sound} passed of {len(checked)} checked); not applicable: {na}"
+    clauses = [c for p in checked.values() for c in p.get("clauses", ()) if c["status"] != "not applicable"]
+    good = sum(1 for c in clauses if c["status"] == "passed")
+    cov = coverage(row)
+    present = len(cov["driven"]) + len(cov["no driver"]) + len(cov["import failure"])
+    units = f"units: {len(cov['driven'])} driven of {present} present"
+    if cov["no driver"] or cov["import failure"]:
+        units += f" (not driven: {', '.join(cov['no driver'] + cov['import failure'])})"
+    return (f"* **{release}**: {head} ({sound} passed of {len(checked)} checked properties, {good} of {len(clauses)} "
+            f"clauses); not applicable: {na}; {units}")  # fmt: skip
 
 
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: list[dict[str, Any]]) -> None:
@@ -238,6 +267,16 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
                 cell = f"**{cell}** ({t['id']})" if t else f"**{cell}** (untriaged)"
             cells.append(cell)
         md.append(f"| {r['release']} | " + " | ".join(cells) + f" | {r.get('seconds', '')} |")
+    md += ["", "## Units per release: present and driven", "",
+           "Each unit a release has is driven through the release's own code, or listed here with why it is not "
+           "(`no driver`: pdverify has no driver for that release's form of the path, the reason given per unit).",
+           "", "| release | driven | not driven (why) | absent |", "|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if not r.get("units"):
+            continue
+        cov = coverage(r)
+        why = "; ".join(f"{u}: {r['units'][u]}" for u in cov["no driver"] + cov["import failure"]) or "-"
+        md.append(f"| {r['release']} | {', '.join(cov['driven']) or '-'} | {why} | {', '.join(cov['absent']) or '-'} |")
     gone = [r for r in rows if not r["importable"]]
     if gone:
         md += ["", "Releases that cannot be made importable:", ""]
@@ -347,7 +386,11 @@ def assembled(release: str, args: argparse.Namespace) -> dict[str, Any]:
     if report.exists():
         data = json.loads(report.read_text())
         row.update(
-            importable=True, reason="", summary=data["summary"], properties={p["id"]: p for p in data["properties"]}
+            importable=True,
+            reason="",
+            summary=data["summary"],
+            properties={p["id"]: p for p in data["properties"]},
+            units=data["target"].get("units", {}),
         )
     return row
 

@@ -211,7 +211,11 @@ def _fake_run(out: Path, release: str, statuses: dict[str, str]) -> None:
         {"id": k, "status": v, "message": f"{k} msg", "test": f"test_{k.lower()}", "counterexample": "f(x=1)"}
         for k, v in statuses.items()
     ]
-    report = {"summary": {"passed": 1}, "properties": props, "target": {"package_version": release}}
+    for prop in props:
+        prop["clauses"] = [{"name": "main", "status": prop["status"]}]
+    units = {"prepare_for_prebuilt": "sglang...mixin.prepare_for_prebuilt", "decode_queue": "no driver for it: why",
+             "translate_token_ids": f"sglang {release} has no translate_token_ids"}  # fmt: skip
+    report = {"summary": {"passed": 1}, "properties": props, "target": {"package_version": release, "units": units}}
     (out / release / "check.json").write_text(json.dumps(report))
 
 
@@ -237,8 +241,12 @@ def test_matrix_gate_needs_every_failure_triaged(tmp_path: Path) -> None:
     assert set(matrix["0.4.4.post2"].values()) == {"not importable"}
     md = (out / "matrix.md").read_text()
     assert "**FAIL** (T1)" in md and "0.4.4.post2: no report from this release's job" in md
-    assert "* **0.5.11**: defects: T1 (1 passed of 2 checked); not applicable: 1 no such code" in md
+    assert (
+        "* **0.5.11**: defects: T1 (1 passed of 2 checked properties, 1 of 2 clauses); not applicable: 1 no such "
+        "code; units: 1 driven of 2 present (not driven: decode_queue)"
+    ) in md
     assert "* **0.5.12**: sound on 2 of 2 checked properties" in md
+    assert "| 0.5.12 | prepare_for_prebuilt | decode_queue: no driver for it: why | translate_token_ids |" in md
     assert "| 0.5.11 | 1 | P19 (T1) | 1 |" in (out / "summary.md").read_text()
     page = (out / "matrix.html").read_text()
     assert "href='#0.5.11-P19'" in page and "PYTHONPATH=.sglang-releases/0.5.11" in page and "f(x=1)" in page

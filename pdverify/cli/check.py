@@ -339,6 +339,7 @@ def run_check(
                 "package": target.package,
                 "package_version": version_of(target.package),
                 "supplies": [f for f in FUNCTIONS if target.supplies(f)],
+                "units": dict(target.unit_sources),
             },
             "device": device,
             "profile": profile,
