@@ -207,12 +207,11 @@ def test_kernel_shim_imports_and_raises_on_call(tmp_path: Path) -> None:
 
 def _fake_run(out: Path, release: str, statuses: dict[str, str]) -> None:
     (out / release).mkdir(parents=True)
-    props = [
-        {"id": k, "status": v, "message": f"{k} msg", "test": f"test_{k.lower()}", "counterexample": "f(x=1)"}
+    props: list[dict[str, Any]] = [
+        {"id": k, "status": v, "message": f"{k} msg", "test": f"test_{k.lower()}", "counterexample": "f(x=1)",
+         "clauses": [{"name": "main", "status": v}]}
         for k, v in statuses.items()
-    ]
-    for prop in props:
-        prop["clauses"] = [{"name": "main", "status": prop["status"]}]
+    ]  # fmt: skip
     units = {"prepare_for_prebuilt": "sglang...mixin.prepare_for_prebuilt", "decode_queue": "no driver for it: why",
              "translate_token_ids": f"sglang {release} has no translate_token_ids"}  # fmt: skip
     report = {"summary": {"passed": 1}, "properties": props, "target": {"package_version": release, "units": units}}
