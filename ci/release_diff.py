@@ -74,35 +74,40 @@ def boundary_units() -> dict[str, set[str]]:
     return units
 
 
-def explanations(evidence: list[dict[str, Any]], triage: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
-    """``(older, newer, unit) -> why`` for every pair and unit some boundary or triaged defect explains."""
-    from pdverify.runner import load_properties
+class Explanations:
+    """What explains a difference between two releases ``a`` (older) and ``b`` on a unit: every boundary whose first
+    release lies in ``(a, b]`` and names the unit (its evidence), and every triaged defect one of the two has and the
+    other has not, on a unit its property calls. Adjacent releases are the matrix's case; a slice of releases
+    (``.ci/run``) compares releases further apart, with every boundary between them."""
 
-    props = load_properties()
-    by_contract = boundary_units()
-    releases = all_releases()
-    out: dict[tuple[str, str, str], str] = {}
-    for e in evidence:
-        name = e["contract"].split()[0]
-        first = e["first_release"]
-        if first not in releases or releases.index(first) == 0:
-            continue
-        older = releases[releases.index(first) - 1]
-        units = set(e.get("units", ())) | by_contract.get(name, set())
-        why = f"{name} ({e['kind']}, #{e['pr']})" if e.get("pr") else f"{name} ({e['kind']})"
-        for unit in units:
-            out[(older, first, unit)] = why
-    for t in triage:
-        if t.get("kind") != "upstream defect":
-            continue
-        units = set(props[t["property"]].needs) if t["property"] in props else set()
-        has = set(t["releases"])
-        for a, b in itertools.pairwise(releases):
-            if (a in has) != (b in has):
+    def __init__(self, evidence: list[dict[str, Any]], triage: list[dict[str, Any]]) -> None:
+        from pdverify.runner import load_properties
+
+        props = load_properties()
+        by_contract = boundary_units()
+        self.releases = all_releases()
+        self.boundaries: list[tuple[int, set[str], str]] = []
+        for e in evidence:
+            name = e["contract"].split()[0]
+            if e["first_release"] not in self.releases:
+                continue
+            units = set(e.get("units", ())) | by_contract.get(name, set())
+            why = f"{name} ({e['kind']}, #{e['pr']})" if e.get("pr") else f"{name} ({e['kind']})"
+            self.boundaries.append((self.releases.index(e["first_release"]), units, why))
+        self.defects = [
+            (set(t["releases"]), set(props[t["property"]].needs) if t["property"] in props else set(), t)
+            for t in triage
+            if t.get("kind") == "upstream defect"
+        ]
+
+    def why(self, a: str, b: str, unit: str) -> str | None:
+        lo, hi = self.releases.index(a), self.releases.index(b)
+        reasons = [why for at, units, why in self.boundaries if lo < at <= hi and unit in units]
+        for has, units, t in self.defects:
+            if unit in units and (a in has) != (b in has):
                 how = "fixed" if a in has else "introduced"
-                for unit in units:
-                    out[(a, b, unit)] = f"{t['id']} ({how} in {b}: {t['property']})"
-    return out
+                reasons.append(f"{t['id']} ({how} by {b}: {t['property']})")
+        return "; ".join(dict.fromkeys(reasons)) or None
 
 
 def run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -162,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         records = dict(pool.map(probe, needed))
     evidence = json.loads(EVIDENCE_FILE.read_text())["boundaries"]
     triage = json.loads(TRIAGE_FILE.read_text())["triage"]
-    why = explanations(evidence, triage)
+    why = Explanations(evidence, triage)
     rows: list[dict[str, Any]] = []
     unexplained = 0
     for a, b in pairs:
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             unexplained += 1
             continue
         for d in compare_units(ra["units"], rb["units"]):
-            reason = why.get((a, b, d.unit))
+            reason = why.why(a, b, d.unit)
             unexplained += reason is None
             rows.append({"older": a, "newer": b, "unit": d.unit, "compared": d.compared, "differing": d.differing,
                          "kinds": d.kinds, "paths": d.paths, "example": d.example, "explained_by": reason})  # fmt: skip

@@ -135,11 +135,17 @@ def test_every_difference_needs_a_boundary_or_a_triaged_defect() -> None:
          "units": ["translate_token_ids"]},
     ]  # fmt: skip
     triage = [{"id": "T1", "kind": "upstream defect", "property": "P19", "releases": ["0.5.11"]}]
-    why = diff.explanations(evidence, triage)
-    assert why[("0.5.17", "0.5.18", "prepare_for_prebuilt")] == "FROM_35070 (intended change, #35070)"
-    assert why[("0.5.21", "0.5.22", "translate_token_ids")] == "TRANSLATE_TOKEN_IDS (intended change)"
-    assert why[("0.5.10.post1", "0.5.11", "prepare_for_prebuilt")] == "T1 (introduced in 0.5.11: P19)"
-    assert why[("0.5.11", "0.5.12", "prepare_for_prebuilt")] == "T1 (fixed in 0.5.12: P19)"
-    assert ("0.5.12", "0.5.13", "prepare_for_prebuilt") not in why
+    why = diff.Explanations(evidence, triage)
+    assert why.why("0.5.17", "0.5.18", "prepare_for_prebuilt") == "FROM_35070 (intended change, #35070)"
+    assert why.why("0.5.21", "0.5.22", "translate_token_ids") == "TRANSLATE_TOKEN_IDS (intended change)"
+    assert why.why("0.5.10.post1", "0.5.11", "prepare_for_prebuilt") == "T1 (introduced by 0.5.11: P19)"
+    assert why.why("0.5.11", "0.5.12", "prepare_for_prebuilt") == "T1 (fixed by 0.5.12: P19)"
+    assert why.why("0.5.12", "0.5.13", "prepare_for_prebuilt") is None
+    assert why.why("0.5.12", "0.5.13", "translate_token_ids") is None
+    # a slice compares releases further apart: every boundary between them explains
+    assert (
+        why.why("0.5.11", "0.5.22", "prepare_for_prebuilt")
+        == "FROM_35070 (intended change, #35070); T1 (fixed by 0.5.22: P19)"
+    )
     assert diff.domain_key("0.5.10") != diff.domain_key("0.5.11") == diff.domain_key("0.5.12")
     assert diff.main(["0.5.23"]) == 2 and diff.main(["9.9.9", "0.5.23"]) == 2
