@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,12 @@ class Explanations:
             if t.get("kind") == "upstream defect"
         ]
 
-    def why(self, a: str, b: str, unit: str) -> str | None:
+    def why(self, a: str, b: str, unit: str, kinds: Iterable[str] = ()) -> str | None:
+        """What explains the difference (None: nothing). A unit probed on one side only (``kinds`` just
+        ``presence``) is explained by a boundary alone: a defect changes what a unit does, never whether it runs."""
         lo, hi = self.releases.index(a), self.releases.index(b)
         reasons = [why for at, units, why in self.boundaries if lo < at <= hi and unit in units]
-        for has, units, t in self.defects:
+        for has, units, t in self.defects if set(kinds) != {"presence"} else ():
             if unit in units and (a in has) != (b in has):
                 how = "fixed" if a in has else "introduced"
                 reasons.append(f"{t['id']} ({how} by {b}: {t['property']})")
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             unexplained += 1
             continue
         for d in compare_units(ra["units"], rb["units"]):
-            reason = why.why(a, b, d.unit)
+            reason = why.why(a, b, d.unit, d.kinds)
             unexplained += reason is None
             rows.append({"older": a, "newer": b, "unit": d.unit, "compared": d.compared, "differing": d.differing,
                          "kinds": d.kinds, "paths": d.paths, "example": d.example, "explained_by": reason})  # fmt: skip

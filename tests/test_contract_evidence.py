@@ -57,3 +57,15 @@ def test_the_docs_show_what_the_evidence_file_holds() -> None:
     done = subprocess.run([sys.executable, str(root / "ci" / "docs_figures.py"), "--check"], capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_every_driver_gate_names_the_release_the_code_uses() -> None:
+    from pdverify.targets import sglang_release
+
+    gates = {b["contract"].split(" ")[0]: b for b in EVIDENCE if b.get("gate") == "unit"}
+    constants = {n: v for n, v in vars(sglang_release).items() if n.endswith(("DRIVER_FROM", "DRIVERS_FROM"))}
+    assert constants, "sglang_release has no driver gates"
+    for name, since in constants.items():
+        assert name in gates, f"{name} (sglang_release.py) has no unit entry in contract_evidence.json"
+        assert gates[name]["first_release"] == since, (name, gates[name]["first_release"], since)
+        assert gates[name]["units"], f"{name}: the evidence names no unit"

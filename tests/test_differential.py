@@ -3,6 +3,7 @@ follow a release's input domain, probes over targets, and the explanations the m
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -38,6 +39,18 @@ def _module(path: Path, name: str) -> ModuleType:
     return module
 
 
+class _OldMode(enum.IntEnum):
+    EXTEND = 1
+    PREBUILT = 8
+
+
+class _NewMode(enum.IntEnum):
+    PREBUILT = 7
+
+
+_OldMode.__name__ = _NewMode.__name__ = "ForwardMode"
+
+
 def test_normalize_keeps_dtype_device_shape_and_fields() -> None:
     t = normalize(torch.tensor([[1, 2]], dtype=torch.int32))
     assert t == {"tensor": "int32", "device": "cpu", "shape": [1, 2], "values": [[1, 2]]}
@@ -48,6 +61,8 @@ def test_normalize_keeps_dtype_device_shape_and_fields() -> None:
     assert normalize({"b": 1, 2: None}) == {"dict": {"2": None, "b": 1}}
     assert normalize({3, 1}) == {"set": [1, 3]} and normalize(range(2, 5)) == {"range": [2, 5, 1]}
     assert normalize(object()) == {"object": "object"}
+    # an IntEnum is its member's name: a renumbering between releases is no behavioural difference
+    assert normalize(_OldMode.PREBUILT) == normalize(_NewMode.PREBUILT) == {"enum": "ForwardMode", "name": "PREBUILT"}
     assert raised(ValueError("page_size must be > 0\nmore")) == {
         "raises": "ValueError",
         "message": "page_size must be > 0",
@@ -142,6 +157,10 @@ def test_every_difference_needs_a_boundary_or_a_triaged_defect() -> None:
     assert why.why("0.5.11", "0.5.12", "prepare_for_prebuilt") == "T1 (fixed by 0.5.12: P19)"
     assert why.why("0.5.12", "0.5.13", "prepare_for_prebuilt") is None
     assert why.why("0.5.12", "0.5.13", "translate_token_ids") is None
+    # a unit probed on one side only is explained by a boundary, never by a defect
+    assert why.why("0.5.10.post1", "0.5.11", "prepare_for_prebuilt", ["presence"]) is None
+    assert why.why("0.5.10.post1", "0.5.11", "prepare_for_prebuilt", ["presence", "values"]) is not None
+    assert why.why("0.5.21", "0.5.22", "translate_token_ids", ["presence"]) == "TRANSLATE_TOKEN_IDS (intended change)"
     # a slice compares releases further apart: every boundary between them explains
     assert (
         why.why("0.5.11", "0.5.22", "prepare_for_prebuilt")

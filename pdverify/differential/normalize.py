@@ -21,6 +21,8 @@ MESSAGE_CHARS = 200
 
 def normalize(value: Any) -> Any:
     """``value`` as JSON-ready data (dicts, lists, strings, numbers, booleans, None)."""
+    if isinstance(value, enum.Enum):  # before int: an IntEnum renumbered between releases is the same member
+        return {"enum": type(value).__name__, "name": value.name}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, torch.Tensor):
@@ -33,8 +35,6 @@ def normalize(value: Any) -> Any:
         return {"scalar": str(value.dtype), "value": value.item()}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
-    if isinstance(value, enum.Enum):
-        return {"enum": type(value).__name__, "name": value.name}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"dataclass": type(value).__name__,
                 "fields": {f.name: normalize(getattr(value, f.name)) for f in dataclasses.fields(value)}}  # fmt: skip

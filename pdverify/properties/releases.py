@@ -53,7 +53,8 @@ FROM_31173 = Contract("upstream #31173 (device-side stride, torch input), first 
 FROM_35070 = Contract("upstream #35070 (no PREBUILT prompt copy), first released in sglang 0.5.18", "0.5.18")
 
 # When prepare_for_prebuilt gained each field or rule it now has (first release whose wheel has it):
-FROM_SEQ_LENS_CPU = Contract("seq_lens_cpu and orig_seq_lens are set, first in sglang 0.5.3", "0.5.3")
+FROM_SEQ_LENS_CPU = Contract("seq_lens_cpu is set (#10720), first in sglang 0.5.3", "0.5.3")
+FROM_ORIG_SEQ_LENS = Contract("orig_seq_lens is set (#5949), first in sglang 0.5.1", "0.5.1")
 FROM_POOL_INDICES_CPU = Contract("req_pool_indices_cpu is set, first in sglang 0.5.13", "0.5.13")
 FROM_RETRACTED_STAIN = Contract("a stained (retracted) request's bookkeeping is kept, first in sglang 0.5.6", "0.5.6")
 FROM_REBOOTSTRAP = Contract("PD rebootstrap (pd_rebootstrap_in_progress cleared), first in sglang 0.5.16", "0.5.16")
