@@ -160,11 +160,29 @@ def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> lis
             problems.append(f"sglang {rel}: {pid} failed outside its recorded finding's signature (a new defect?)")
         elif status not in ("failed", "known defect"):
             problems.append(f"sglang {rel}: {pid} is triaged but {status} now (no longer reproduces)")
+    # several findings on one property (0.5.22's S16: F2 and T6): each with a signature must reproduce on its own
+    for t in triage:
+        for rel in t["releases"]:
+            found = ran.get(rel, {}).get(t["property"], {}).get("findings") or {}
+            if t["id"] in found and not found[t["id"]].get("reproduced"):
+                problems.append(f"sglang {rel}: {t['property']}: {t['id']} is triaged but no longer reproduces "
+                                f"({found[t['id']].get('matched', 0)} examples in its signature)")  # fmt: skip
     return problems
 
 
+def triage_ids(
+    triaged: dict[tuple[str, str], list[dict[str, Any]]], release: str, pid: str, prop: dict[str, Any]
+) -> str:
+    """The triage ids behind a failing property on a release, "" when none: every finding recorded for it that
+    reproduced in the run (a property can have several, e.g. 0.5.22's D1: F1 and T5), and a triaged plain failure
+    (a finding without a signature)."""
+    found = prop.get("findings") or {}
+    ids = [t["id"] for t in triaged.get((release, pid), ()) if t["id"] not in found or found[t["id"]].get("reproduced")]
+    return ", ".join(dict.fromkeys(ids))
+
+
 def summary_table(
-    rows: list[dict[str, Any]], matrix: dict[str, dict[str, str]], triaged: dict[tuple[str, str], Any]
+    rows: list[dict[str, Any]], matrix: dict[str, dict[str, str]], triaged: dict[tuple[str, str], list[dict[str, Any]]]
 ) -> str:
     """One line per release: how many properties passed / were not applicable, and each failure with its triage."""
     out = ["| release | passed | failed (triage) | not applicable | wall s |", "|---|---|---|---|---|"]
@@ -174,7 +192,7 @@ def summary_table(
             out.append(f"| {r['release']} | - | {NOT_IMPORTABLE}: {r.get('reason', '')} | - | {r.get('seconds', '')} |")
             continue
         bad = [
-            f"{pid} ({triaged[(r['release'], pid)]['id'] if (r['release'], pid) in triaged else 'UNTRIAGED'})"
+            f"{pid} ({triage_ids(triaged, r['release'], pid, r['properties'][pid]) or 'UNTRIAGED'})"
             for pid, st in statuses.items()
             if st not in SETTLED
         ]
@@ -195,7 +213,7 @@ def not_applicable_reason(message: str) -> str:
     return "no such code"
 
 
-def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], Any]) -> str:
+def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
     """One line per release: the defects it has (triage ids) or "sound on N of M checked properties", and the
     not-applicable counts by reason."""
     release = row["release"]
@@ -203,11 +221,9 @@ def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], Any]) -> str:
         return f"* **{release}**: not importable ({row.get('reason', '')})"
     props = row["properties"]
     checked = {pid: p for pid, p in props.items() if p["status"] != "not applicable"}
-    defects = sorted({triaged[(release, pid)]["id"] for pid, p in checked.items() if p["status"] not in SETTLED
-                      and (release, pid) in triaged})  # fmt: skip
-    untriaged = sorted(
-        pid for pid, p in checked.items() if p["status"] not in SETTLED and (release, pid) not in triaged
-    )
+    failing = {pid: triage_ids(triaged, release, pid, p) for pid, p in checked.items() if p["status"] not in SETTLED}
+    defects = sorted({i for ids in failing.values() if ids for i in ids.split(", ")})
+    untriaged = sorted(pid for pid, ids in failing.items() if not ids)
     sound = sum(1 for p in checked.values() if p["status"] == "passed")
     reasons: dict[str, int] = {}
     for p in props.values():
@@ -247,7 +263,10 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
     (args.out / "matrix.json").write_text(json.dumps(matrix, indent=1) + "\n")
     meta = [{k: v for k, v in r.items() if k != "properties"} for r in rows]
     (args.out / "releases.json").write_text(json.dumps(meta, indent=1) + "\n")
-    triaged = {(rel, t["property"]): t for t in triage for rel in t["releases"]}
+    triaged: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in triage:
+        for rel in t["releases"]:
+            triaged.setdefault((rel, t["property"]), []).append(t)
 
     def short(status: str) -> str:
         return {"passed": "pass", "failed": "FAIL", "not applicable": "n/a", NOT_IMPORTABLE: "no import"}.get(
@@ -263,8 +282,8 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
             status = matrix[r["release"]].get(pid, "not applicable")
             cell = short(status)
             if status not in SETTLED:
-                t = triaged.get((r["release"], pid))
-                cell = f"**{cell}** ({t['id']})" if t else f"**{cell}** (untriaged)"
+                tids = triage_ids(triaged, r["release"], pid, r["properties"][pid])
+                cell = f"**{cell}** ({tids or 'untriaged'})"
             cells.append(cell)
         md.append(f"| {r['release']} | " + " | ".join(cells) + f" | {r.get('seconds', '')} |")
     md += ["", "## Units per release: present and driven", "",
@@ -303,10 +322,10 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
                 anchor = f"{r['release']}-{pid}"
                 label = f"<a href='#{html.escape(anchor)}'>{label}</a>"
                 p = r["properties"][pid]
-                t = triaged.get((r["release"], pid))
+                tids = triage_ids(triaged, r["release"], pid, p)
                 details.append(
                     f"<h3 id='{html.escape(anchor)}'>sglang {html.escape(r['release'])}: {html.escape(pid)}"
-                    f" ({html.escape(t['id'] + ', ' + t['kind']) if t else 'UNTRIAGED'})</h3>"
+                    f" ({html.escape(tids) or 'UNTRIAGED'})</h3>"
                     f"<p>{html.escape(p['message'])}</p><pre>{html.escape(p.get('counterexample') or '')}</pre>"
                     f"<p>reproduce: <code>{html.escape(reproduce(r['release'], p, args.profile))}</code></p>"
                 )

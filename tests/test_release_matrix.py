@@ -205,11 +205,13 @@ def test_kernel_shim_imports_and_raises_on_call(tmp_path: Path) -> None:
 # --- the matrix and its triage gate ----------------------------------------------------------------------
 
 
-def _fake_run(out: Path, release: str, statuses: dict[str, str]) -> None:
+def _fake_run(
+    out: Path, release: str, statuses: dict[str, str], findings: dict[str, dict[str, dict[str, int]]] | None = None
+) -> None:
     (out / release).mkdir(parents=True)
     props: list[dict[str, Any]] = [
         {"id": k, "status": v, "message": f"{k} msg", "test": f"test_{k.lower()}", "counterexample": "f(x=1)",
-         "clauses": [{"name": "main", "status": v}]}
+         "clauses": [{"name": "main", "status": v}], "findings": (findings or {}).get(k, {})}
         for k, v in statuses.items()
     ]  # fmt: skip
     units = {"prepare_for_prebuilt": "sglang...mixin.prepare_for_prebuilt", "decode_queue": "no driver for it: why",
@@ -251,6 +253,23 @@ def test_matrix_gate_needs_every_failure_triaged(tmp_path: Path) -> None:
     assert "href='#0.5.11-P19'" in page and "PYTHONPATH=.sglang-releases/0.5.11" in page and "f(x=1)" in page
     code, text = _assemble(tmp_path, [entry, {**entry, "id": "T2", "releases": ["0.5.12"]}])
     assert code == 1 and "0.5.12: P19 is triaged but passed now" in text
+
+
+def test_every_finding_on_a_property_is_named_and_must_reproduce(tmp_path: Path) -> None:
+    """Two findings recorded on one property (0.5.22's S16: F2 and T6): the verdict names both, and one that no
+    longer reproduces fails the gate even while the other keeps the property a known defect."""
+    out = tmp_path / "out"
+    both = {"S16": {"F2": {"matched": 12, "reproduced": 2}, "T6": {"matched": 24, "reproduced": 24}}}
+    _fake_run(out, "0.5.11", {"P1": "passed", "S16": "known defect"}, both)
+    _fake_run(out, "0.5.12", {"P1": "passed", "S16": "known defect"}, {"S16": {**both["S16"], "T6": {"matched": 3}}})
+    triage = [{"id": i, "kind": "upstream defect", "property": "S16", "releases": ["0.5.11", "0.5.12"]}
+              for i in ("F2", "T6")]  # fmt: skip
+    code, text = _assemble(tmp_path, triage)
+    assert code == 1 and "0.5.12: S16: T6 is triaged but no longer reproduces (3 examples in its signature)" in text
+    assert "0.5.11: S16: F2" not in text and "0.5.11: S16: T6" not in text, text
+    md = (out / "matrix.md").read_text()
+    assert "* **0.5.11**: defects: F2, T6 (" in md and "* **0.5.12**: defects: F2 (" in md, md
+    assert "**known defect** (F2, T6)" in md and "| 0.5.11 | 1 | S16 (F2, T6) | 0 |" in (out / "summary.md").read_text()
 
 
 def test_matrix_rejects_an_unknown_release(tmp_path: Path) -> None:
