@@ -79,7 +79,48 @@ def generation_table() -> str | None:
     return "\n".join(rows)
 
 
+VERDICT = re.compile(
+    r"^\* \*\*(?P<release>[^*]+)\*\*: (?P<head>.*?) \((?P<counts>[^)]*)\); "
+    r"not applicable: (?P<na>[^;]*); units: (?P<units>\d+ driven of \d+ present)"
+)
+
+
+def matrix_table() -> str | None:
+    """The matrix's verdict lines (reports/matrix/matrix.md), consecutive releases with the same verdict in one
+    row, and the differential's summary (reports/matrix/diffs.json)."""
+    path = ROOT / "reports" / "matrix" / "matrix.md"
+    diffs = ROOT / "reports" / "matrix" / "diffs.json"
+    if not path.exists() or not diffs.exists():
+        return None
+    lines = [m for m in map(VERDICT.match, path.read_text().splitlines()) if m]
+    if len(lines) < 2:
+        return None
+    groups: list[list[re.Match[str]]] = []
+    for m in lines:
+        if groups and _key(groups[-1][0]) == _key(m):
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    rows = ["| releases | verdict | checked | not applicable | units |", "|---|---|---|---|---|"]
+    for g in groups:
+        span = g[0]["release"] if len(g) == 1 else f"{g[0]['release']} - {g[-1]['release']} ({len(g)})"
+        head = "sound" if g[0]["head"].startswith("sound") else g[0]["head"]
+        rows.append(f"| {span} | {head} | {g[0]['counts']} | {g[0]['na']} | {g[0]['units']} |")
+    summary = json.loads(diffs.read_text())["summary"]
+    diff = (
+        f"{summary['pairs']} pairs, {summary['differences']} differences, {summary['unexplained']} unexplained "
+        f"({summary['examples']} inputs per unit, {summary['wall_s']} s)"
+    )
+    rows += ["", f"{len(lines)} releases. Differential: {diff}."]
+    return "\n".join(rows)
+
+
+def _key(m: re.Match[str]) -> tuple[str, str, str, str]:
+    return (re.sub(r"sound on \d+ of \d+ checked properties", "sound", m["head"]), m["counts"], m["na"], m["units"])
+
+
 BLOCKS = {
+    "matrix": ("docs/release-matrix.md", matrix_table),
     "evidence": ("docs/release-matrix.md", evidence_table),
     "gate": ("docs/findings.md", gate_table),
     "generation": ("docs/measurements.md", generation_table),

@@ -69,3 +69,35 @@ def test_every_driver_gate_names_the_release_the_code_uses() -> None:
         assert name in gates, f"{name} (sglang_release.py) has no unit entry in contract_evidence.json"
         assert gates[name]["first_release"] == since, (name, gates[name]["first_release"], since)
         assert gates[name]["units"], f"{name}: the evidence names no unit"
+
+
+def test_the_matrix_block_groups_releases_with_the_same_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.syspath_prepend(str(root / "ci"))
+    spec = importlib.util.spec_from_file_location("docs_figures", root / "ci" / "docs_figures.py")
+    assert spec is not None and spec.loader is not None
+    figures = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "docs_figures", figures)
+    spec.loader.exec_module(figures)
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    assert figures.matrix_table() is None  # no matrix run here: the block keeps the last run's figures
+    (tmp_path / "reports" / "matrix").mkdir(parents=True)
+    tail = "; not applicable: 2 no driver; units: 1 driven of 3 present (not driven: a, b)"
+    lines = [f"* **{r}**: sound on 4 of 4 checked properties (4 passed of 4 checked properties, 5 of 5 clauses){tail}"
+             for r in ("0.5.1", "0.5.2")]  # fmt: skip
+    lines.append(f"* **0.5.3**: defects: T9 (3 passed of 4 checked properties, 4 of 5 clauses){tail}")
+    (tmp_path / "reports" / "matrix" / "matrix.md").write_text("# m\n\n" + "\n".join(lines) + "\n")
+    summary = {"pairs": 2, "differences": 1, "unexplained": 0, "examples": 40, "wall_s": 9}
+    (tmp_path / "reports" / "matrix" / "diffs.json").write_text(json.dumps({"summary": summary}))
+    table = figures.matrix_table()
+    assert table is not None
+    assert "| 0.5.1 - 0.5.2 (2) | sound | 4 passed of 4 checked properties, 5 of 5 clauses | 2 no driver |" in table
+    assert (
+        "| 0.5.3 | defects: T9 |" in table
+        and "3 releases. Differential: 2 pairs, 1 differences, 0 unexplained" in table
+    )
