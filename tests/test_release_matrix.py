@@ -332,6 +332,9 @@ def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
         "ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt_extend"
     )
     assert "no driver for sglang 0.5.10's form" in sources["send_kv_chunk"]
+    # every unit without a driver says which form the release's code has there
+    undriven = {u: why for u, why in sources.items() if "no driver" in why}
+    assert len(undriven) == 7 and all("a driver for th" in why for why in undriven.values()), undriven
     assert "has no page_align_floor" in sources["page_align_floor"]
     report = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "sglang", "--profile", "ci", "--device",

@@ -64,12 +64,15 @@ EARLIER_FORM = {
     "not written yet",
     "wire_roundtrip": "before 0.4.9.post4 the receiver opens its own socket to one prefill server "
     "(no _connect_to_bootstrap_server): a driver for that form is not written yet",
+    "send_kv_chunk": "0.5.20 and earlier send through one send_kv_chunk with the page conversion inline (no "
+    "_send_kv_chunk / _transfer_page_indices to call); a driver for that form is not written yet",
+    "decode_page_indices": "0.5.20 and earlier convert decode's destination list inline in pop_preallocated (no "
+    "_transfer_page_indices to call); a driver for that form is not written yet",
     "decode_queue": "0.5.20 and earlier build the destination list inline (no _send_kv_metadata / "
     "_transfer_page_indices), admit inline (no _required_admission_tokens / _prealloc_reservation_fits) and have no "
     "host receive path; a driver for that form is not written yet",
 }
-"""Why a scheduler-level unit has no driver before its driver's first release, where the reason is not the
-0.5.23 transfer hooks the other drivers call."""
+"""Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
 """The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units)."""
 
