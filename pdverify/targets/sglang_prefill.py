@@ -338,13 +338,15 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
     sched.tree_cache = None
 
+    from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
+
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
             self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
-            self.scheduler_stage_metrics = None  # stage timing off (its decorator records into it)
+            self.scheduler_stage_metrics = SchedulerStageMetricsRecorder(enabled=False)  # SGLang's own, timing off
 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
