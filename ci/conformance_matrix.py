@@ -114,13 +114,21 @@ def run_release(release: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+def _not_driven(message: str) -> str | None:
+    """``no driver`` or ``import failure`` when a target's message says the release's code is there but not run
+    (pdverify has no driver for its form, or its module fails to import); None otherwise."""
+    if "no driver" in message:
+        return "no driver"
+    if "import of " in message and " failed (" in message:
+        return "import failure"
+    return None
+
+
 def unit_kind(where: str) -> str:
     """What a release target says of one of its units: ``driven`` (the release's own function behind it), ``no
     driver`` (the release has the code, pdverify does not drive its form), ``import failure`` or ``absent``."""
-    if "no driver" in where:
-        return "no driver"
-    if "import of " in where and " failed (" in where:
-        return "import failure"
+    if kind := _not_driven(where):
+        return kind
     if " has no " in where:
         return "absent"
     return "driven"
@@ -172,13 +180,13 @@ def triage_gate(rows: list[dict[str, Any]], triage: list[dict[str, Any]]) -> lis
 
 def triage_ids(
     triaged: dict[tuple[str, str], list[dict[str, Any]]], release: str, pid: str, prop: dict[str, Any]
-) -> str:
-    """The triage ids behind a failing property on a release, "" when none: every finding recorded for it that
+) -> list[str]:
+    """The triage ids behind a failing property on a release, none when untriaged: every finding recorded for it that
     reproduced in the run (a property can have several, e.g. 0.5.22's D1: F1 and T5), and a triaged plain failure
     (a finding without a signature)."""
     found = prop.get("findings") or {}
     ids = [t["id"] for t in triaged.get((release, pid), ()) if t["id"] not in found or found[t["id"]].get("reproduced")]
-    return ", ".join(dict.fromkeys(ids))
+    return list(dict.fromkeys(ids))
 
 
 def summary_table(
@@ -192,7 +200,7 @@ def summary_table(
             out.append(f"| {r['release']} | - | {NOT_IMPORTABLE}: {r.get('reason', '')} | - | {r.get('seconds', '')} |")
             continue
         bad = [
-            f"{pid} ({triage_ids(triaged, r['release'], pid, r['properties'][pid]) or 'UNTRIAGED'})"
+            f"{pid} ({', '.join(triage_ids(triaged, r['release'], pid, r['properties'][pid])) or 'UNTRIAGED'})"
             for pid, st in statuses.items()
             if st not in SETTLED
         ]
@@ -204,10 +212,8 @@ def summary_table(
 def not_applicable_reason(message: str) -> str:
     """Why a property was not applicable on a release: the release has no such code, its contract differs by
     design (a boundary with its evidence), or pdverify has no driver for the release's form of the path."""
-    if "no driver" in message:
-        return "no driver"
-    if "import of " in message and " failed (" in message:
-        return "import failure"
+    if kind := _not_driven(message):
+        return kind
     if "contract before" in message or "contract after" in message:
         return "contract"
     return "no such code"
@@ -222,7 +228,7 @@ def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], list[dict[str, A
     props = row["properties"]
     checked = {pid: p for pid, p in props.items() if p["status"] != "not applicable"}
     failing = {pid: triage_ids(triaged, release, pid, p) for pid, p in checked.items() if p["status"] not in SETTLED}
-    defects = sorted({i for ids in failing.values() if ids for i in ids.split(", ")})
+    defects = sorted({i for ids in failing.values() for i in ids})
     untriaged = sorted(pid for pid, ids in failing.items() if not ids)
     sound = sum(1 for p in checked.values() if p["status"] == "passed")
     reasons: dict[str, int] = {}
@@ -283,7 +289,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
             cell = short(status)
             if status not in SETTLED:
                 tids = triage_ids(triaged, r["release"], pid, r["properties"][pid])
-                cell = f"**{cell}** ({tids or 'untriaged'})"
+                cell = f"**{cell}** ({', '.join(tids) or 'untriaged'})"
             cells.append(cell)
         md.append(f"| {r['release']} | " + " | ".join(cells) + f" | {r.get('seconds', '')} |")
     md += ["", "## Units per release: present and driven", "",
@@ -325,7 +331,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
                 tids = triage_ids(triaged, r["release"], pid, p)
                 details.append(
                     f"<h3 id='{html.escape(anchor)}'>sglang {html.escape(r['release'])}: {html.escape(pid)}"
-                    f" ({html.escape(tids) or 'UNTRIAGED'})</h3>"
+                    f" ({html.escape(', '.join(tids)) or 'UNTRIAGED'})</h3>"
                     f"<p>{html.escape(p['message'])}</p><pre>{html.escape(p.get('counterexample') or '')}</pre>"
                     f"<p>reproduce: <code>{html.escape(reproduce(r['release'], p, args.profile))}</code></p>"
                 )

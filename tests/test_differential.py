@@ -4,11 +4,9 @@ follow a release's input domain, probes over targets, and the explanations the m
 from __future__ import annotations
 
 import enum
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,6 +19,7 @@ from pdverify.differential.compare import compare_units, first_difference
 from pdverify.differential.normalize import normalize, raised
 from pdverify.differential.probes import PROBES, run_probe
 from pdverify.targets import load_target
+from tests.ci_scripts import load_ci_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,14 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 class _Point:
     x: int
     pages: Any
-
-
-def _module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _OldMode(enum.IntEnum):
@@ -143,7 +134,7 @@ def test_the_command_line_steps(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_every_difference_needs_a_boundary_or_a_triaged_defect() -> None:
-    diff = _module(ROOT / "ci" / "release_diff.py", "release_diff")
+    diff = load_ci_script("release_diff")
     evidence = [
         {"contract": "FROM_35070", "first_release": "0.5.18", "kind": "intended change", "pr": 35070},
         {"contract": "TRANSLATE_TOKEN_IDS (...)", "first_release": "0.5.22", "kind": "intended change", "pr": None,

@@ -9,7 +9,6 @@ import sys
 import zipfile
 from array import array
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,17 +24,10 @@ from pdverify.strategies import batches
 from pdverify.targets import TargetError, load_target
 from pdverify.targets.layouts import FillIds
 from pdverify.targets.sglang_release import host_input, sglang_release_target
+from tests.ci_scripts import load_ci_script
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "ci" / "conformance_matrix.py"
-
-
-def _module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -169,7 +161,7 @@ def test_release_target_without_sglang_names_the_fix() -> None:
 
 
 def test_release_env_matching_and_pins(tmp_path: Path) -> None:
-    env = _module(ROOT / "ci" / "sglang_release_env.py", "sglang_release_env")
+    env = load_ci_script("sglang_release_env")
     assert env._matches("0.4.9.post2", "0.4") and env._matches("0.5.1", "0.5.1") and env._matches("0.5.23", "")
     assert not env._matches("0.5.10", "0.5.1") and not env._matches("0.5.1.post1", "0.5.1")
     wheel = tmp_path / "sglang-0.5.6-py3-none-any.whl"
