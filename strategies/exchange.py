@@ -22,7 +22,7 @@ MODES = ("plain", "dcp", "staging")
 def prefill_cases(
     *, max_length: int = 96, max_chunks: int = 6, max_page_size: int = 16
 ) -> st.SearchStrategy[PrefillCase]:
-    """A request on the prefill side: a page size, a prompt of ``0..max_length`` tokens on fragmented distinct
+    """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct
     pages (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in
     ``[0, L]`` (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk
     schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
@@ -46,7 +46,9 @@ def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_pag
 def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
     ps = c.pick(page_size_list(max_page_size))
-    n = boundary_length(c, 0, max_length, ps)
+    # a prompt of at least one token: SGLang refuses empty input_ids (``GenerateReqInput``: "input_ids cannot be
+    # empty", and the scheduler rejects a session request still empty after reconstruction)
+    n = boundary_length(c, min(1, max_length), max_length, ps)
     d = boundary_prefix(c, n, ps)
     return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks)
 

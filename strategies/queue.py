@@ -30,8 +30,10 @@ def decode_queues(
     (either order, priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base
     model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
     requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
-    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them.
-    Shortfalls shrink to none: the simplest pass admits every live bootstrapped request."""
+    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them; host
+    receive off or on (host pages for the prompts and the reserve less a shortfall, or in a quarter of the passes
+    with a reserve one page short of the first host-bound prompt plus its reserve). Shortfalls shrink to none: the
+    simplest pass admits every live bootstrapped request."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -113,6 +115,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         # a boundary: exactly the rows the device-bound requests need, so a host-received request that took a row
         # would leave a later one without (rows are no contract, their count is)
         case = replace(case, request_rows=sum(1 for i in range(k) if not case.to_host(i)))
+    if case.host_reserved_tokens and c.integer(0, 3) == 3:
+        case = _host_short_of_reserve(c, case)
     if ps > 1 and case.host_threshold == 1.0 and c.boolean():
         case = _with_swa_pool(c, case)
     return case
@@ -146,6 +150,19 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         count = need - _shortfall(c, need)
     pages = tuple(distinct_sample(c, 1, count + 32, count))
     return replace(case, requests=tuple(requests), swa_free_pages=pages, window=window)
+
+
+def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
+    """A boundary: host pages for the first host-bound request's prompt and all of its reserve but one page, so
+    that the prompt fits and only the reserve refuses it (a uniform shortfall lands inside the reserve about once
+    in ``need`` passes; the generation-only measurement found an admission without the reserve killed on 2 of 3
+    seeds). Unchanged where no request is host-bound."""
+    first = next((i for i, r in enumerate(case.requests) if case.to_host(i) and r.bootstrapped and not r.aborted), None)
+    if first is None:
+        return case
+    ps = case.page_size
+    count = pages_needed(case.requests[first].length, ps) + pages_needed(case.host_reserved_tokens, ps) - 1
+    return replace(case, host_free_pages=tuple(distinct_sample(c, 1, count + 32, count)))
 
 
 def _host_receive(c: Choices, requests: list[QueuedRequest], ps: int, radix: bool) -> dict[str, Any]:

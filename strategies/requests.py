@@ -27,11 +27,12 @@ def requests(
     max_output: int = 4,
     page_size: int = 1,
 ) -> st.SearchStrategy[Request]:
-    """One request at row ``req_pool_idx``: a prompt of 0..``max_prompt`` tokens, 0..``max_output`` output
-    tokens, a decode prefix anywhere in ``0..extend_end`` (page-aligned half of the time), extend length
-    ``extend_end - prefix`` (0 included), where ``extend_end`` is the KV decode committed (one more during a
-    PD rebootstrap); stained or not, ``already_computed`` above and below the prefix, logprob settings,
-    multimodal inputs, the rebootstrap flag set, clear or absent, and every registered extra field."""
+    """One request at row ``req_pool_idx``: a prompt of 1..``max_prompt`` tokens (SGLang refuses an empty one; none
+    only where ``max_prompt`` is 0), 0..``max_output`` output tokens, a decode prefix anywhere in ``0..extend_end``
+    (page-aligned half of the time), extend length ``extend_end - prefix`` (0 included), where ``extend_end`` is the
+    KV decode committed (one more during a PD rebootstrap); stained or not, ``already_computed`` above and below the
+    prefix, logprob settings, multimodal inputs, the rebootstrap flag set, clear or absent, and every registered
+    extra field."""
     check_int("req_pool_idx", req_pool_idx)
     check_int("max_prompt", max_prompt)
     check_int("max_output", max_output)
@@ -56,7 +57,7 @@ def draw_request(
     # Four choices per request: the lengths and the prefix (what every output depends on) are drawn and shrink
     # on their own; the bookkeeping, flags, logprob and multimodal settings come from one ``detail`` seed
     # (``request_details``), which shrinks to 0: every switch off and every counter 0.
-    n_prompt = c.integer(0, max_prompt)
+    n_prompt = c.integer(min(1, max_prompt), max_prompt)  # SGLang refuses an empty prompt (io_struct)
     n_output = c.integer(0, max_output)
     detail = c.seed()
     rng = random.Random(detail)
@@ -125,7 +126,8 @@ def batches(
 ) -> st.SearchStrategy[PrebuiltBatch]:
     """A PREBUILT batch of ``min_requests..max_requests`` requests on distinct, shuffled rows of an int32
     request-to-token table (plus ``spare_rows`` unused rows); rows are paged with distinct slot values
-    across the table; ``return_logprob`` on or off."""
+    across the table; ``return_logprob`` on or off. With ``min_requests`` 0 an empty batch is a rarity (one in
+    16): decode never prepares one, and the simplest example is a batch of one request."""
     check_int("min_requests", min_requests)
     check_int("max_requests", max_requests)
     check_int("max_prompt", max_prompt)
@@ -161,7 +163,10 @@ def _batches(
 def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: int, spare_rows: int) -> PrebuiltBatch:
     """``batches``' example, drawn from ``c`` (arguments already validated)."""
     ps = c.pick(BATCH_PAGE_SIZES)
-    n = c.integer(min_requests, max_requests)
+    # decode prepares a PREBUILT batch only with requests in it: an empty batch is drawn as a rarity (one in 16,
+    # it shrinks to not empty) so that the simplest example is one request, not nothing to check
+    empty = min_requests == 0 and c.integer(0, 15) == 15
+    n = 0 if empty else c.integer(max(1, min_requests) if max_requests else 0, max_requests)
     rows = n + spare_rows
     # one seed places the batch: which rows the requests sit on, the spare width, the physical page order
     # and return_logprob (seed 0: rows and pages in order, no spare width, no logprob)
