@@ -14,6 +14,7 @@ User-supplied strategies (registered request fields) are always drawn through th
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -78,6 +79,17 @@ class Choices:
     def seed(self) -> int:
         # no boundary weights: a seed's value means nothing, and the weights cost a third of a batch's choices
         return self._integer(0, SEED_MAX)
+
+    def switches(self, items: Sequence[T]) -> list[T]:
+        """Each of ``items`` on or off by its own coin (swarm testing: every combination as likely as any other,
+        where ``subset`` makes a given item rare among many), in an order one seed draws (seed 0: the given
+        order). Shrinks to ``[]``."""
+        on = [item for item in items if self.boolean()]
+        if len(on) > 1:
+            order = self.seed()
+            if order:
+                random.Random(order).shuffle(on)
+        return on
 
     def subset(self, items: Sequence[T], max_size: int) -> list[T]:
         """Up to ``max_size`` distinct items of ``items`` in a drawn order (shrinks to ``[]``)."""

@@ -22,16 +22,16 @@ MODES = ("plain", "dcp", "staging")
 def prefill_cases(
     *, max_length: int = 96, max_chunks: int = 6, max_page_size: int = 16
 ) -> st.SearchStrategy[PrefillCase]:
-    """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct
-    pages (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in
-    ``[0, L]`` (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk
-    schedule, one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any
-    ``chunked_prefill_size``, aligned or not), an early cached-prefix send or none (half of them a page-aligned
-    prefix in ``(D, L)``, the kind the code sends; the rest any prefix below ``L``, which the code skips when
-    unaligned or within ``D``), an int64 virtual-to-physical translation (a page table) or none, any subset of
-    the page-strided state types, a sender taking host tensors (Mooncake) or numpy lists, a sliding window and
-    its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health check);
-    with an early send, a HiCache host hit behind its device prefix or none."""
+    """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct pages
+    (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in ``[0, L]``
+    (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk schedule,
+    one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any ``chunked_prefill_size``, aligned
+    or not), an early cached-prefix send or none (half of them a page-aligned prefix in ``(D, L)``, the kind the code
+    sends; the rest any prefix below ``L``, which the code skips when unaligned or within ``D``), an int64
+    virtual-to-physical translation (a page table) or none, each page-strided state type on or off by its own coin
+    (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding window and its ring, the
+    request's row and its aux index; the KV checksum off or on (for a request or a health check); with an early send,
+    a HiCache host hit behind its device prefix or none."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -82,7 +82,7 @@ def draw_prefill_sends(
         chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
         early_prefix=early,
         translation=draw_translation(c, pages, ps) if c.boolean() else None,
-        state_types=shared.state_types if shared else tuple(c.subset(DOMAIN.state_types(STATE_TYPES), 4)),
+        state_types=shared.state_types if shared else tuple(c.switches(DOMAIN.state_types(STATE_TYPES))),
         host_tensor_indices=c.boolean() if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(),
         window=window,
@@ -145,13 +145,13 @@ def state_lists(*, max_lists: int = 4, max_size: int = 16) -> st.SearchStrategy[
 def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[DecodeCase]:
     """A request admitted on decode: a page size, a prompt of ``1..max_length`` tokens (half of them at a page
     boundary or one off it) and 0..3 output tokens; the decode radix cache off (no prefix) or on with a device (L1)
-    prefix and a decode prefix ``D >= L1`` (both page-aligned, ``D`` up to ``L``, one time in four the largest;
-    ``L1 == D`` one time in four) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
-    request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the
-    allocator's free pages in a fragmented order; any subset of the page-strided state types; with a page size
-    above 1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with
-    SWA tail pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool
-    partly held by the cache (evictable), down to none free; DeepSeek-V4's request state or not."""
+    prefix and a decode prefix ``D >= L1`` (both page-aligned, ``D`` up to ``L``, one time in four the largest; ``L1
+    == D`` one time in four) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
+    request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the allocator's
+    free pages in a fragmented order; each page-strided state type on or off by its own coin; with a page size above
+    1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with SWA
+    tail pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
+    held by the cache (evictable), down to none free; DeepSeek-V4's request state or not."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
     return _decode_cases(max_length=max_length, max_page_size=max_page_size)
@@ -189,7 +189,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(free),
-        state_types=tuple(c.subset(DOMAIN.state_types(STATE_TYPES), 4)),
+        state_types=tuple(c.switches(DOMAIN.state_types(STATE_TYPES))),
         window=window,
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
