@@ -6,8 +6,8 @@ Writes ``reports/matrix/``:
 
 * ``matrix.json``: ``{"<release>": {"<property id>": "<status>"}}`` (statuses as in the run report, or
   ``not importable`` for every property of a release that cannot be made importable);
-* ``releases.json``: per release, whether it imports (and why not), the wall time, the run's summary, and the
-  units with the release's function behind each;
+* ``releases.json``: per release, whether it imports (and why not), the wall time, the run's summary, the
+  units with the release's function behind each, and its verdict as data (``verdict_facts``);
 * ``matrix.md`` and ``matrix.html``: release x property, each failure linked to its counterexample and the
   command that reproduces it; ``summary.md``: one line per release (counts, failures with their triage ids);
 * ``<release>/check.json``: the run report.
@@ -219,36 +219,67 @@ def not_applicable_reason(message: str) -> str:
     return "no such code"
 
 
-def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
-    """One line per release: the defects it has (triage ids) or "sound on N of M checked properties", and the
-    not-applicable counts by reason."""
-    release = row["release"]
+def verdict_facts(row: dict[str, Any], triaged: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
+    """What a release's verdict says, as data (``releases.json``'s ``verdict``): the defects it has (triage ids),
+    untriaged failures, properties and clauses passed of those checked, the not-applicable counts by reason and
+    the units driven of those present; ``importable: False`` with the reason for a release that does not import."""
     if not row.get("properties"):
-        return f"* **{release}**: not importable ({row.get('reason', '')})"
-    props = row["properties"]
+        return {"importable": False, "reason": row.get("reason", "")}
+    release, props = row["release"], row["properties"]
     checked = {pid: p for pid, p in props.items() if p["status"] != "not applicable"}
     failing = {pid: triage_ids(triaged, release, pid, p) for pid, p in checked.items() if p["status"] not in SETTLED}
-    defects = sorted({i for ids in failing.values() for i in ids})
-    untriaged = sorted(pid for pid, ids in failing.items() if not ids)
-    sound = sum(1 for p in checked.values() if p["status"] == "passed")
     reasons: dict[str, int] = {}
     for p in props.values():
         if p["status"] == "not applicable":
             why = not_applicable_reason(p.get("message", ""))
             reasons[why] = reasons.get(why, 0) + 1
-    head = f"defects: {', '.join(defects)}" if defects else f"sound on {sound} of {len(checked)} checked properties"
-    if untriaged:
-        head += f"; UNTRIAGED failures: {', '.join(untriaged)}"
-    na = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "none"
     clauses = [c for p in checked.values() for c in p.get("clauses", ()) if c["status"] != "not applicable"]
-    good = sum(1 for c in clauses if c["status"] == "passed")
     cov = coverage(row)
-    present = len(cov["driven"]) + len(cov["no driver"]) + len(cov["import failure"])
-    units = f"units: {len(cov['driven'])} driven of {present} present"
-    if cov["no driver"] or cov["import failure"]:
-        units += f" (not driven: {', '.join(cov['no driver'] + cov['import failure'])})"
-    return (f"* **{release}**: {head} ({sound} passed of {len(checked)} checked properties, {good} of {len(clauses)} "
-            f"clauses); not applicable: {na}; {units}")  # fmt: skip
+    return {
+        "importable": True,
+        "defects": sorted({i for ids in failing.values() for i in ids}),
+        "untriaged": sorted(pid for pid, ids in failing.items() if not ids),
+        "passed": sum(1 for p in checked.values() if p["status"] == "passed"),
+        "checked": len(checked),
+        "clauses_passed": sum(1 for c in clauses if c["status"] == "passed"),
+        "clauses": len(clauses),
+        "not_applicable": dict(sorted(reasons.items())),
+        "units_driven": cov["driven"],
+        "units_not_driven": cov["no driver"] + cov["import failure"],
+    }
+
+
+def verdict_parts(facts: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A verdict's four parts as the matrix prints them: the head (defects, or "sound on N of M checked
+    properties"), the counts, the not-applicable counts by reason, the units driven of those present."""
+    head = (
+        f"defects: {', '.join(facts['defects'])}"
+        if facts["defects"]
+        else f"sound on {facts['passed']} of {facts['checked']} checked properties"
+    )
+    if facts["untriaged"]:
+        head += f"; UNTRIAGED failures: {', '.join(facts['untriaged'])}"
+    counts = (
+        f"{facts['passed']} passed of {facts['checked']} checked properties, "
+        f"{facts['clauses_passed']} of {facts['clauses']} clauses"
+    )
+    na = ", ".join(f"{n} {why}" for why, n in facts["not_applicable"].items()) or "none"
+    units = (
+        f"{len(facts['units_driven'])} driven of {len(facts['units_driven']) + len(facts['units_not_driven'])} present"
+    )
+    return head, counts, na, units
+
+
+def verdict(row: dict[str, Any], triaged: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
+    """One line per release: the defects it has (triage ids) or "sound on N of M checked properties", and the
+    not-applicable counts by reason."""
+    facts = verdict_facts(row, triaged)
+    if not facts["importable"]:
+        return f"* **{row['release']}**: not importable ({facts['reason']})"
+    head, counts, na, units = verdict_parts(facts)
+    if facts["units_not_driven"]:
+        units += f" (not driven: {', '.join(facts['units_not_driven'])})"
+    return f"* **{row['release']}**: {head} ({counts}); not applicable: {na}; units: {units}"
 
 
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: list[dict[str, Any]]) -> None:
@@ -267,12 +298,12 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace, triage: 
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "matrix.json").write_text(json.dumps(matrix, indent=1) + "\n")
-    meta = [{k: v for k, v in r.items() if k != "properties"} for r in rows]
-    (args.out / "releases.json").write_text(json.dumps(meta, indent=1) + "\n")
     triaged: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in triage:
         for rel in t["releases"]:
             triaged.setdefault((rel, t["property"]), []).append(t)
+    meta = [{**{k: v for k, v in r.items() if k != "properties"}, "verdict": verdict_facts(r, triaged)} for r in rows]
+    (args.out / "releases.json").write_text(json.dumps(meta, indent=1) + "\n")
 
     def short(status: str) -> str:
         return {"passed": "pass", "failed": "FAIL", "not applicable": "n/a", NOT_IMPORTABLE: "no import"}.get(

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "ci"))
 
+from conformance_matrix import verdict_parts  # noqa: E402
 from findings_gate import _reproduced, gate  # noqa: E402
 
 
@@ -79,44 +80,40 @@ def generation_table() -> str | None:
     return "\n".join(rows)
 
 
-VERDICT = re.compile(
-    r"^\* \*\*(?P<release>[^*]+)\*\*: (?P<head>.*?) \((?P<counts>[^)]*)\); "
-    r"not applicable: (?P<na>[^;]*); units: (?P<units>\d+ driven of \d+ present)"
-)
-
-
 def matrix_table() -> str | None:
-    """The matrix's verdict lines (reports/matrix/matrix.md), consecutive releases with the same verdict in one
-    row, and the differential's summary (reports/matrix/diffs.json)."""
-    path = ROOT / "reports" / "matrix" / "matrix.md"
+    """The matrix's verdicts (reports/matrix/releases.json, each release's ``verdict`` facts), consecutive
+    releases with the same verdict in one row, and the differential's summary (reports/matrix/diffs.json)."""
+    path = ROOT / "reports" / "matrix" / "releases.json"
     diffs = ROOT / "reports" / "matrix" / "diffs.json"
     if not path.exists() or not diffs.exists():
         return None
-    lines = [m for m in map(VERDICT.match, path.read_text().splitlines()) if m]
-    if len(lines) < 2:
+    releases = [r for r in json.loads(path.read_text()) if r.get("verdict", {}).get("importable")]
+    if len(releases) < 2:
         return None
-    groups: list[list[re.Match[str]]] = []
-    for m in lines:
-        if groups and _key(groups[-1][0]) == _key(m):
-            groups[-1].append(m)
+    groups: list[list[tuple[str, tuple[str, str, str, str]]]] = []
+    for r in releases:
+        parts = verdict_parts(r["verdict"])
+        if groups and _key(groups[-1][0][1]) == _key(parts):
+            groups[-1].append((r["release"], parts))
         else:
-            groups.append([m])
+            groups.append([(r["release"], parts)])
     rows = ["| releases | verdict | checked | not applicable | units |", "|---|---|---|---|---|"]
     for g in groups:
-        span = g[0]["release"] if len(g) == 1 else f"{g[0]['release']} - {g[-1]['release']} ({len(g)})"
-        head = "sound" if g[0]["head"].startswith("sound") else g[0]["head"]
-        rows.append(f"| {span} | {head} | {g[0]['counts']} | {g[0]['na']} | {g[0]['units']} |")
+        span = g[0][0] if len(g) == 1 else f"{g[0][0]} - {g[-1][0]} ({len(g)})"
+        head, counts, na, units = g[0][1]
+        rows.append(f"| {span} | {'sound' if head.startswith('sound') else head} | {counts} | {na} | {units} |")
     summary = json.loads(diffs.read_text())["summary"]
     diff = (
         f"{summary['pairs']} pairs, {summary['differences']} differences, {summary['unexplained']} unexplained "
         f"({summary['examples']} inputs per unit, {summary['wall_s']} s)"
     )
-    rows += ["", f"{len(lines)} releases. Differential: {diff}."]
+    rows += ["", f"{len(releases)} releases. Differential: {diff}."]
     return "\n".join(rows)
 
 
-def _key(m: re.Match[str]) -> tuple[str, str, str, str]:
-    return (re.sub(r"sound on \d+ of \d+ checked properties", "sound", m["head"]), m["counts"], m["na"], m["units"])
+def _key(parts: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+    head, counts, na, units = parts
+    return ("sound" if head.startswith("sound") else head, counts, na, units)
 
 
 BLOCKS = {

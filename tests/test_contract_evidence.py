@@ -16,6 +16,7 @@ import pytest
 
 from pdverify.properties import releases
 from pdverify.runner import load_properties
+from tests.ci_scripts import load_ci_script
 
 EVIDENCE = json.loads((Path(releases.__file__).parent / "contract_evidence.json").read_text())["boundaries"]
 BY_NAME = {b["contract"]: b for b in EVIDENCE}
@@ -87,16 +88,28 @@ def test_the_matrix_block_groups_releases_with_the_same_verdict(
     monkeypatch.setattr(figures, "ROOT", tmp_path)
     assert figures.matrix_table() is None  # no matrix run here: the block keeps the last run's figures
     (tmp_path / "reports" / "matrix").mkdir(parents=True)
-    tail = "; not applicable: 2 no driver; units: 1 driven of 3 present (not driven: a, b)"
-    lines = [f"* **{r}**: sound on 4 of 4 checked properties (4 passed of 4 checked properties, 5 of 5 clauses){tail}"
-             for r in ("0.5.1", "0.5.2")]  # fmt: skip
-    lines.append(f"* **0.5.3**: defects: T9 (3 passed of 4 checked properties, 4 of 5 clauses){tail}")
-    (tmp_path / "reports" / "matrix" / "matrix.md").write_text("# m\n\n" + "\n".join(lines) + "\n")
+    matrix = load_ci_script("conformance_matrix")
+    units = {"a": "no driver for this form", "b": "no driver for that form", "c": "sglang.srt.x.f"}
+    clauses = [{"status": "passed"}] * 5
+    passing = {f"P{i}": {"status": "passed", "clauses": clauses[:2] if i == 1 else clauses[:1]} for i in range(1, 5)}
+    na = {f"N{i}": {"status": "not applicable", "message": "no driver for sglang's form"} for i in range(2)}
+    rows = [{"release": r, "properties": {**passing, **na}, "units": units} for r in ("0.5.1", "0.5.2")]
+    failing = {**passing, "P4": {"status": "known defect", "findings": {"T9": {"reproduced": True}}}}
+    rows.append({"release": "0.5.3", "properties": {**failing, **na}, "units": units})
+    triaged = {("0.5.3", "P4"): [{"id": "T9"}]}
+    releases = [{"release": r["release"], "verdict": matrix.verdict_facts(r, triaged)} for r in rows]
+    releases.append({"release": "0.4.0", "verdict": matrix.verdict_facts({"release": "0.4.0", "reason": "x"}, {})})
+    (tmp_path / "reports" / "matrix" / "releases.json").write_text(json.dumps(releases))
+    assert matrix.verdict(rows[2], triaged) == (
+        "* **0.5.3**: defects: T9 (3 passed of 4 checked properties, 4 of 4 clauses); not applicable: 2 no driver; "
+        "units: 1 driven of 3 present (not driven: a, b)"
+    )
     summary = {"pairs": 2, "differences": 1, "unexplained": 0, "examples": 40, "wall_s": 9}
     (tmp_path / "reports" / "matrix" / "diffs.json").write_text(json.dumps({"summary": summary}))
     table = figures.matrix_table()
     assert table is not None
     assert "| 0.5.1 - 0.5.2 (2) | sound | 4 passed of 4 checked properties, 5 of 5 clauses | 2 no driver |" in table
+    assert "1 driven of 3 present |" in table
     assert (
         "| 0.5.3 | defects: T9 |" in table
         and "3 releases. Differential: 2 pairs, 1 differences, 0 unexplained" in table
