@@ -124,6 +124,17 @@ class WireRoundtrip(Protocol):
 PrebuiltFn = Callable[[Any], None]
 """``prepare_for_prebuilt(batch)`` on a duck-typed batch whose attribute names follow the target's layout."""
 
+SCHEDULER_UNITS: tuple[str, ...] = (
+    "prefill_exchange",
+    "kv_sender",
+    "bootstrap",
+    "decode_prealloc",
+    "decode_queue",
+    "wire_roundtrip",
+)
+"""The scheduler-level units: each runs a request through the scheduler's own PD code (a driver), not one
+function."""
+
 FUNCTIONS: tuple[str, ...] = (
     "kv_to_page_indices",
     "suffix_page_indices",
@@ -134,12 +145,7 @@ FUNCTIONS: tuple[str, ...] = (
     "send_kv_chunk",
     "decode_page_indices",
     "prepare_for_prebuilt",
-    "prefill_exchange",
-    "kv_sender",
-    "bootstrap",
-    "decode_prealloc",
-    "decode_queue",
-    "wire_roundtrip",
+    *SCHEDULER_UNITS,
 )
 """Every function (unit) a target may supply, in report order."""
 

@@ -34,7 +34,7 @@ import torch
 from packaging.version import Version
 
 from pdverify.targets.calls import recording
-from pdverify.targets.protocol import Target, TargetError
+from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
 SCHEDULER_DRIVERS_FROM = "0.5.22"
 """The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against
@@ -222,14 +222,7 @@ def sglang_release_target() -> Target:
 
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
-    scheduler_units = (
-        "prefill_exchange",
-        "kv_sender",
-        "bootstrap",
-        "decode_prealloc",
-        "decode_queue",
-        "wire_roundtrip",
-    )
+    scheduler_units = SCHEDULER_UNITS
     since = {u: SCHEDULER_DRIVERS_FROM for u in scheduler_units} | {
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
