@@ -90,18 +90,17 @@ def matrix_table() -> str | None:
     releases = [r for r in json.loads(path.read_text()) if r.get("verdict", {}).get("importable")]
     if len(releases) < 2:
         return None
-    groups: list[list[tuple[str, tuple[str, str, str, str]]]] = []
+    groups: list[tuple[list[str], tuple[str, str, str, str]]] = []  # releases in a row, the verdict they share
     for r in releases:
-        parts = verdict_parts(r["verdict"])
-        if groups and _key(groups[-1][0][1]) == _key(parts):
-            groups[-1].append((r["release"], parts))
+        shown = _shown(verdict_parts(r["verdict"]))
+        if groups and groups[-1][1] == shown:
+            groups[-1][0].append(r["release"])
         else:
-            groups.append([(r["release"], parts)])
+            groups.append(([r["release"]], shown))
     rows = ["| releases | verdict | checked | not applicable | units |", "|---|---|---|---|---|"]
-    for g in groups:
-        span = g[0][0] if len(g) == 1 else f"{g[0][0]} - {g[-1][0]} ({len(g)})"
-        head, counts, na, units = g[0][1]
-        rows.append(f"| {span} | {'sound' if head.startswith('sound') else head} | {counts} | {na} | {units} |")
+    for names, (head, counts, na, units) in groups:
+        span = names[0] if len(names) == 1 else f"{names[0]} - {names[-1]} ({len(names)})"
+        rows.append(f"| {span} | {head} | {counts} | {na} | {units} |")
     summary = json.loads(diffs.read_text())["summary"]
     diff = (
         f"{summary['pairs']} pairs, {summary['differences']} differences, {summary['unexplained']} unexplained "
@@ -111,7 +110,8 @@ def matrix_table() -> str | None:
     return "\n".join(rows)
 
 
-def _key(parts: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+def _shown(parts: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+    """A verdict as the docs table shows it: "sound" without its counts (the checked column has them)."""
     head, counts, na, units = parts
     return ("sound" if head.startswith("sound") else head, counts, na, units)
 

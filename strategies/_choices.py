@@ -46,7 +46,8 @@ class Choices:
 
     ``integer(lo, hi)`` is one choice in ``lo..hi`` (shrinks to ``lo``), ``boolean()`` one fair coin (shrinks to
     ``False``), ``pick(seq)`` one element by index (shrinks to ``seq[0]``), ``seed()`` one 32-bit seed (shrinks to
-    0), ``draw(strategy)`` anything else through the public path.
+    0), ``switches(items)`` each item on or off by its own coin (shrinks to ``[]``), ``draw(strategy)`` anything
+    else through the public path.
     """
 
     __slots__ = ("_boolean", "_integer", "draw", "fast")
@@ -82,19 +83,10 @@ class Choices:
 
     def switches(self, items: Sequence[T]) -> list[T]:
         """Each of ``items`` on or off by its own coin (swarm testing: every combination as likely as any other,
-        where ``subset`` makes a given item rare among many), in an order one seed draws (seed 0: the given
-        order). Shrinks to ``[]``."""
+        each item in half the draws), in an order one seed draws (seed 0: the given order). Shrinks to ``[]``."""
         on = [item for item in items if self.boolean()]
         if len(on) > 1:
             order = self.seed()
             if order:
                 random.Random(order).shuffle(on)
         return on
-
-    def subset(self, items: Sequence[T], max_size: int) -> list[T]:
-        """Up to ``max_size`` distinct items of ``items`` in a drawn order (shrinks to ``[]``)."""
-        pool = list(items)
-        out: list[T] = []
-        for _ in range(self.integer(0, min(max_size, len(pool)))):
-            out.append(pool.pop(self.integer(0, len(pool) - 1)))
-        return out

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture.data import ConjectureData
 
@@ -83,8 +83,14 @@ def test_bad_arguments_are_errors_and_a_single_value_is_no_choice() -> None:
     assert data.choices == ()
 
 
-def test_subset_is_distinct_and_bounded() -> None:
-    for seed in range(50):
+def test_switches_turn_each_item_on_by_its_own_coin_in_a_drawn_order() -> None:
+    drawn = []
+    for seed in range(200):
         c = Choices(ConjectureData(random=random.Random(seed)).draw)
-        got = c.subset("abcdef", 4)
-        assert len(got) <= 4 and len(set(got)) == len(got) and set(got) <= set("abcdef")
+        got = c.switches("abcdef")
+        assert len(set(got)) == len(got) and set(got) <= set("abcdef"), got
+        drawn.append(tuple(got))
+    assert {len(d) for d in drawn} == set(range(7))  # every count, none to all six
+    assert all(any(x in d for d in drawn) for x in "abcdef")
+    assert any(list(d) != sorted(d) for d in drawn)  # not only the given order
+    assert find(st.composite(lambda draw: Choices(draw).switches("abc"))(), lambda _: True) == []  # shrinks to none

@@ -75,16 +75,7 @@ def test_every_driver_gate_names_the_release_the_code_uses() -> None:
 def test_the_matrix_block_groups_releases_with_the_same_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import importlib.util
-    import sys
-
-    root = Path(__file__).resolve().parent.parent
-    monkeypatch.syspath_prepend(str(root / "ci"))
-    spec = importlib.util.spec_from_file_location("docs_figures", root / "ci" / "docs_figures.py")
-    assert spec is not None and spec.loader is not None
-    figures = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "docs_figures", figures)
-    spec.loader.exec_module(figures)
+    figures = load_ci_script("docs_figures")
     monkeypatch.setattr(figures, "ROOT", tmp_path)
     assert figures.matrix_table() is None  # no matrix run here: the block keeps the last run's figures
     (tmp_path / "reports" / "matrix").mkdir(parents=True)

@@ -222,12 +222,11 @@ def sglang_release_target() -> Target:
 
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
-    scheduler_units = SCHEDULER_UNITS
-    since = {u: SCHEDULER_DRIVERS_FROM for u in scheduler_units} | {
+    since = {u: SCHEDULER_DRIVERS_FROM for u in SCHEDULER_UNITS} | {
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
     }
-    drive(scheduler_units, since, scheduler_drivers)
+    drive(SCHEDULER_UNITS, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")
     drive(sender_units, dict.fromkeys(sender_units, CHUNK_SENDER_FROM), sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
