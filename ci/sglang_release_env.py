@@ -146,6 +146,10 @@ def build(release: str, base: Path, root: Path, wheel_dir: Path | None) -> dict[
     extras = COMMON_EXTRAS + [
         req for prefix, reqs in RELEASE_EXTRAS.items() if _matches(release, prefix) for req in reqs
     ]
+    # an extra's own pin wins over the same package in a pin's closure: the closure resolves to the registry's
+    # newest (httpx 0.29.0 came in under transformers 5.12.1 beside the extras' httpx 0.28.1, and pip refused both)
+    pinned_extras = {re.split(r"[=<>!~]", req, maxsplit=1)[0].lower().replace("_", "-") for req in extras}
+    overrides = {n: v for n, v in overrides.items() if n not in pinned_extras}
     wanted = [f"{n}=={v}" for n, v in sorted(overrides.items())] + extras
     if wanted:
         done = pip(base, "install", "-q", "--no-deps", "--no-compile", "--target", str(target), *wanted)
