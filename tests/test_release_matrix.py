@@ -106,6 +106,25 @@ def test_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
     assert max(prefixes) > 0, "the current contract draws decode prefixes"
 
 
+def test_sender_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
+    """State lists came with hybrid-model state payloads (0.5.3.post3), decode-side prefixes in 0.5.11: an earlier
+    release's sender and bootstrap cases carry neither, a later one's both."""
+    from pdverify.strategies.sender import bootstrap_cases, sender_cases
+
+    for release, stateful, prefixed in (("0.5.3.post2", False, False), ("0.5.10", True, False), (None, True, True)):
+        release_domain(release)
+        seen: list[tuple[int, int]] = []
+
+        @settings(max_examples=100, database=None, derandomize=True)
+        @given(sender=sender_cases(), boot=bootstrap_cases())
+        def draw(sender: Any, boot: Any) -> None:
+            seen.append((len(sender.state), boot.decode_prefix))  # noqa: B023 - run before the next iteration
+            assert sender.input_features() == (("state_payloads",) if sender.state else ())
+
+        draw()
+        assert (max(s for s, _ in seen) > 0, max(d for _, d in seen) > 0) == (stateful, prefixed), release
+
+
 def test_a_release_outside_a_contract_is_not_applicable_never_passed(release_domain: Any) -> None:
     old = load_target("pdverify").derive("old", release="0.5.10")
     release_domain(old.release)
@@ -326,7 +345,7 @@ def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
     assert "no driver for sglang 0.5.10's form" in sources["send_kv_chunk"]
     # every unit without a driver says which form the release's code has there
     undriven = {u: why for u, why in sources.items() if "no driver" in why}
-    assert len(undriven) == 7 and all("a driver for th" in why for why in undriven.values()), undriven
+    assert len(undriven) == 5 and all("a driver for th" in why for why in undriven.values()), undriven
     assert "has no page_align_floor" in sources["page_align_floor"]
     report = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "sglang", "--profile", "ci", "--device",

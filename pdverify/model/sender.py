@@ -23,6 +23,11 @@ class SenderCase:
     sends: tuple[tuple[int, ...], ...]
     state: tuple[tuple[int, ...], ...] = ()
 
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
+        state lists came with hybrid-model state payloads."""
+        return ("state_payloads",) if self.state else ()
+
     def __post_init__(self) -> None:
         require_int("num_pages", self.num_pages, minimum=0)
         require_int("aux_index", self.aux_index, minimum=0)

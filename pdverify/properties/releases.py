@@ -62,6 +62,12 @@ FROM_LOGPROB_STARTS_NONE = Contract("extend_logprob_start_lens is None, first in
 FROM_PD_LOGPROB = Contract("PD decode returns logprobs (#6558), first in sglang 0.4.6.post5", "0.4.6.post5")
 FROM_PREBUILT_MODE = Contract("ForwardMode.PREBUILT (EXTEND before), first in sglang 0.5.5.post1", "0.5.5.post1")
 
+# When the KV sender's last send began to carry the state lists (hybrid-model state payloads):
+FROM_STATE_PAYLOADS = Contract(
+    "the KV sender's last send carries the state lists (#10912, hybrid-model PD), first in sglang 0.5.3.post3",
+    "0.5.3.post3",
+)
+
 # When the metadata wire gained each field it now carries:
 FROM_STATE_LISTS = Contract("the wire carries one state list per state type (#24932), first in sglang 0.5.12", "0.5.12")
 FROM_MOONCAKE_DECODE_PREFIX = Contract(
@@ -108,6 +114,7 @@ FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices 
                                     "0.5.23")  # fmt: skip
 FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
 FEATURES: dict[str, Contract] = {
+    "state_payloads": FROM_STATE_PAYLOADS,
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
     "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
 }

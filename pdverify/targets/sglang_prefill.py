@@ -84,6 +84,7 @@ class _Manager:
         from sglang.srt.disaggregation.base.conn import KVPoll
 
         self.request_status: dict[int, Any] = {room: KVPoll.Bootstrapping}
+        self.get_session_id = lambda: "pdverify-session"  # read by Mooncake's sender in 0.4.6.post5-0.4.7
         self.defer_decode_allocation = False
         self.failures: list[tuple[int, str]] = []
         self.transfers: list[Transfer] = []
@@ -204,41 +205,81 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     return sched
 
 
+def _common_manager() -> Any:  # pragma: no cover - conformance venv
+    """``CommonKVManager``, or None where the release has none (0.4.8 and earlier: Mooncake's manager stands alone)."""
+    try:
+        from sglang.srt.disaggregation.common.conn import CommonKVManager
+    except ImportError:
+        return None
+    return CommonKVManager
+
+
 def _prepare_state(manager_class: Any) -> Any:
     """``CommonKVManager.prepare_send_state_indices`` (0.5.23), through which the sender passes the state lists; the
     releases before it pass them to the transfer as they are (their senders never call the manager's hook)."""
     return getattr(manager_class, "prepare_send_state_indices", None)
 
 
-def _common_sender(manager: Any, room: int, case: PrefillCase | None = None) -> Any:  # pragma: no cover
-    """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one leaves ``send``
-    to the transports (0.5.21, 0.5.22: ``CommonKVSender.send`` is a placeholder). Built under the case's attention
-    DP width and balance method (one DP rank without a case)."""
-    import inspect
+def _common_sender(
+    manager: Any, room: int, case: PrefillCase | None = None, *, nixl: bool = False
+) -> Any:  # pragma: no cover - conformance venv
+    """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one is absent, abstract or
+    its ``send`` a placeholder (to 0.5.22), or NIXL's (``nixl``: the backend a 0.5.11 server requires for decode-side
+    prefixes). Built under the case's attention DP width and balance method (one DP rank without a case), published
+    where the release's sender reads them (``_dp_width``); with TP and PP ranks where the constructor takes them
+    (0.4.8-0.5.21)."""
+    common: Any = None
+    with contextlib.suppress(ImportError):  # 0.4.8 has no CommonKVSender, 0.4.6.post5-0.4.7 no common/conn.py
+        from sglang.srt.disaggregation.common import conn as common_conn
 
-    from sglang.srt.disaggregation.common.conn import CommonKVSender
-    from sglang.srt.runtime_context import get_parallel
+        common = getattr(common_conn, "CommonKVSender", None)
+    sender_class: Any = common
+    if nixl:
+        from sglang.srt.disaggregation.nixl.conn import NixlKVSender
 
-    sender_class: Any = CommonKVSender
-    if (
-        getattr(CommonKVSender, "__abstractmethods__", None)
-        or "pp_rank" in inspect.signature(CommonKVSender).parameters
+        sender_class = NixlKVSender
+    elif (
+        common is None
+        or getattr(common, "__abstractmethods__", None)
+        or "pp_rank" in inspect.signature(common).parameters
     ):
         from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
 
         sender_class = MooncakeKVSender
-    parallel = get_parallel()
-    # the DP width is dp_size until 0.5.21, num_dp_ranks (a derived width) from 0.5.22
-    dp_field = "num_dp_ranks" if "num_dp_ranks" in dir(type(parallel)) else "dp_size"
-    extra = [[0], 0] if "pp_rank" in inspect.signature(sender_class).parameters else []  # 0.5.21: TP ranks, PP rank
+    ranked = "pp_rank" in inspect.signature(sender_class).parameters  # 0.5.21 and earlier: TP ranks, PP rank
     dp = case.attention_dp if case is not None else None
     if dp is None:
-        with parallel.override(**{dp_field: 1}):
-            return sender_class(manager, "10.0.0.1:8998", room, *extra)
+        with _dp_width(manager, 1, "round_robin"):
+            return sender_class(manager, "10.0.0.1:8998", room, *([[0], 0] if ranked else []))
     ranks, _, method, placed = dp
     balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
-    with parallel.override(**{dp_field: ranks, "load_balance_method": balance}):
+    with _dp_width(manager, ranks, balance):
+        if ranked:
+            return sender_class(manager, "10.0.0.1:8998", room, [0], 0, placed)
         return sender_class(manager, "10.0.0.1:8998", room, placed)
+
+
+@contextmanager
+def _dp_width(manager: Any, ranks: int, balance: str) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """The attention DP width and load-balance method where the release's sender reads them, for the call only:
+    ``get_parallel().num_dp_ranks`` (0.5.22 on) or ``get_parallel().dp_size`` (0.5.21) through the parallel
+    context's own ``override``; the published server arguments through SGLang's test override
+    ``get_context().override_server_args`` where ``override`` does not take them (0.5.17-0.5.20); the manager's
+    ``server_args`` (0.5.16 and earlier, which have no runtime context)."""
+    manager.server_args = SimpleNamespace(dp_size=ranks, load_balance_method=balance)
+    try:
+        from sglang.srt.runtime_context import get_context, get_parallel
+    except ImportError:  # 0.5.16 and earlier: the sender reads kv_mgr.server_args
+        yield
+        return
+    parallel = get_parallel()
+    dp_field = "num_dp_ranks" if "num_dp_ranks" in dir(type(parallel)) else "dp_size"
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(parallel.override(**{dp_field: ranks, "load_balance_method": balance}))
+        except ValueError:  # 0.5.17-0.5.20: "unknown parallel field(s)", the width is a published server argument
+            stack.enter_context(get_context().override_server_args(dp_size=ranks, load_balance_method=balance))
+        yield
 
 
 def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
@@ -535,53 +576,116 @@ def _kv_checksum(
     return mock.patch.object(adler32, "_jit_adler32_module", lambda: CpuKernel())
 
 
-def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
-    """SGLang's own ``CommonKVSender`` on its own: ``init`` with the case's count and aux, then every send with
-    the state lists (the real sender decides what goes with which transfer)."""
-    from sglang.srt.disaggregation.common.conn import CommonKVManager
+def _parameters(fn: Any, name: str) -> Any:  # pragma: no cover - conformance venv
+    """The parameters of method ``name`` (``fn``, a function or bound method), seen through a decorator that hides
+    them behind ``(*args, **kwargs)`` without ``functools.wraps`` (Mooncake's ``mooncake_trace_func`` on ``send``,
+    0.5.13 on): the function named ``name`` the wrapper closes over."""
+    fn = getattr(fn, "__func__", fn)
+    parameters = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters.values()):
+        for cell in getattr(fn, "__closure__", None) or ():
+            inner = cell.cell_contents
+            if inspect.isfunction(inner) and inner.__name__ == name:
+                return _parameters(inner, name)
+    return parameters
 
+
+def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
+    """SGLang's own KV sender on its own (``_common_sender``): ``init`` with the case's count and aux, then every
+    send with the state lists where ``send`` takes them (0.5.3.post3 on) and the send's token count where it takes
+    one (0.5.17 on); the real sender decides what goes with which transfer."""
     room = 4242
-    manager = _Manager(None, room, _prepare_state(CommonKVManager))
+    manager = _Manager(None, room, _prepare_state(_common_manager()))
     sender = _common_sender(manager, room)
     sender.init(case.num_pages, case.aux_index)
-    state = [np.array(s, dtype=np.int32) for s in case.state]
+    params = _parameters(sender.send, "send")
+    if "state_indices" in params:  # 0.5.3.post3 on
+        stateful: tuple[Any, ...] = ([np.array(s, dtype=np.int32) for s in case.state],)
+    elif case.state:
+        raise ValueError(
+            "kv_sender: this release's send(kv_indices) takes no state lists (state payloads came in 0.5.3.post3); "
+            f"case.state={case.state} is outside its input domain"
+        )
+    else:
+        stateful = ()
+    counted = "num_kv_tokens" in params  # 0.5.17 on (#32837)
     for pages in case.sends:
-        sender.send(np.array(pages, dtype=np.int32), state, num_kv_tokens=len(pages))
+        tokens = {"num_kv_tokens": len(pages)} if counted else {}
+        sender.send(np.array(pages, dtype=np.int32), *stateful, **tokens)
     return SenderTrace(manager.transfers)
 
 
 def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pragma: no cover - conformance venv
-    """SGLang's own ``PrefillBootstrapQueue.finalize_bootstrap`` (with ``ensure_metadata_buffer``,
-    ``_num_pages_to_send`` and the real sender's ``pop_decode_prefix_len`` / ``init``) for one request."""
+    """Bootstrap finalisation for one request on the release's own code and its real sender (``pop_decode_prefix_len``
+    where it has one, ``init``): ``PrefillBootstrapQueue.finalize_bootstrap`` (with ``ensure_metadata_buffer`` and
+    ``_num_pages_to_send``) from 0.5.13; before, the same steps inline in ``pop_bootstrapped``, run over a queue
+    holding the request once decode's destinations have arrived (``WaitingForInput``). Stand-ins: the metadata
+    buffer pool (``_BufferPool``) and the poll's all-reduce over the attention TP/CP group (one rank: the identity)."""
+    import sglang
     from sglang.srt.disaggregation import prefill
-    from sglang.srt.disaggregation.common.conn import CommonKVManager
+    from sglang.srt.disaggregation.base.conn import KVPoll
 
-    manager = _Manager(None, case.room, _prepare_state(CommonKVManager))
-    manager.req_to_decode_prefix_len = {case.room: case.decode_prefix}
-    sender = _common_sender(manager, case.room)
+    from pdverify.properties.releases import DECODE_PREFIXES, FROM_MOONCAKE_DECODE_PREFIX
+
+    release = str(sglang.__version__)
+    if case.decode_prefix and DECODE_PREFIXES.not_applicable(release) is not None:
+        raise ValueError(
+            f"bootstrap: sglang {release} has no decode-side prefixes (they came in 0.5.11); "
+            f"decode_prefix={case.decode_prefix} is outside its input domain"
+        )
+    manager = _Manager(None, case.room, _prepare_state(_common_manager()))
+    # 0.5.11's server accepts --disaggregation-decode-enable-radix-cache only with the NIXL backend (server_args.py
+    # _handle_pd_disaggregation): a decode prefix there reaches NIXL's sender; Mooncake's carries one from 0.5.12
+    mooncake_carries = FROM_MOONCAKE_DECODE_PREFIX.not_applicable(release) is None
+    nixl = case.decode_prefix > 0 and not mooncake_carries
+    sender = _common_sender(manager, case.room, nixl=nixl)
+    # decode registers its prefix for the room where the backend's wire carries one; nothing registers it otherwise
+    manager.req_to_decode_prefix_len = {case.room: case.decode_prefix} if nixl or mooncake_carries else {}
     buffers = _BufferPool(case.aux_index, busy_polls=0)
-
-    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
-        def __init__(self) -> None:
-            allocator = SimpleNamespace(page_size=case.page_size)
-            self.scheduler = cast(Any, SimpleNamespace(token_to_kv_pool_allocator=allocator))
-            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
-
+    allocator = SimpleNamespace(page_size=case.page_size)
     req: Any = SimpleNamespace(
         rid="r0",
+        bootstrap_room=case.room,
         origin_input_ids=[0] * case.length,
         disagg_kv_sender=sender,
         pending_bootstrap=True,
         metadata_buffer_index=-1,
-        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None),
+        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
         start_send_idx=0,
         disagg_decode_prefix_len=0,
+        add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.5)
     )
-    finalized = bool(Queue().finalize_bootstrap(req))
+
+    class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
+        def __init__(self) -> None:
+            self.scheduler = cast(
+                Any,
+                SimpleNamespace(
+                    token_to_kv_pool_allocator=allocator, attn_cp_cpu_group=None, attn_tp_cpu_group=None,
+                    enable_metrics=False, enable_hicache_storage=False,
+                ),
+            )  # fmt: skip
+            self.token_to_kv_pool = cast(Any, allocator)  # where 0.5.15 and earlier read the page size
+            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
+            self.queue = [req]
+            self.gloo_group, self.tp_rank = None, 0
+
+    queue = Queue()
+    if hasattr(queue, "finalize_bootstrap"):  # 0.5.13 on
+        finalized = bool(queue.finalize_bootstrap(req))
+    else:  # 0.5.12 and earlier: the steps inline in pop_bootstrapped, for a request decode is ready to receive
+        manager.request_status[case.room] = KVPoll.WaitingForInput
+        polls: dict[str, Any] = {
+            name: (lambda pollers, *groups: [int(p.poll()) for p in pollers])
+            for name in ("poll_and_all_reduce", "poll_and_all_reduce_attn_cp_tp_group")
+            if hasattr(prefill, name)
+        }
+        with mock.patch.multiple(cast(Any, prefill), **polls):
+            finalized = req in queue.pop_bootstrapped()
     return BootstrapTrace(
         finalized,
         int(req.start_send_idx),
-        int(sender.num_kv_indices),
+        int(getattr(sender, "num_kv_indices", -1)),
         sender.aux_index,
         case.room in manager.req_to_decode_prefix_len,
     )

@@ -20,7 +20,9 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.21 (``DECODE_QUEUE_DRIVER_FROM``).
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.21 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  from 0.4.6.post5 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post2
+  (``BOOTSTRAP_DRIVER_FROM``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ WIRE_DRIVER_FROM = "0.4.9.post4"
 """The first release whose Mooncake receiver sends decode's metadata through ``_connect_to_bootstrap_server`` to each
 prefill peer (``init``, then ``send_metadata`` from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23): the wire
 driver records those frames."""
+KV_SENDER_DRIVER_FROM = "0.4.6.post5"
+"""The first release the ``kv_sender`` driver runs on: from 0.4.6.post5 (#6019) the KV sender tracks its own
+destination offset and last flag (``send(kv_indices)``; before, the caller passed ``index_slice`` and ``is_last``).
+The driver builds each later form: Mooncake's sender where ``CommonKVSender`` is absent, abstract or its ``send`` a
+placeholder (to 0.5.22), TP and PP ranks where the constructor takes them (0.4.8-0.5.21), the state lists where
+``send`` takes them (0.5.3.post3 on: K1's state clause), ``num_kv_tokens`` where it takes that (0.5.17 on, #32837),
+the DP width where the release reads it (``sglang_prefill._dp_width``)."""
+BOOTSTRAP_DRIVER_FROM = "0.4.5.post2"
+"""The first release the ``bootstrap`` driver runs on (K2): from 0.4.5.post2 (#5561, paged transfer) prefill
+initialises the sender with a page count; before, with a token count (page size 1 only), and 0.4.4.post2-0.4.5 have
+only a placeholder sender. The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and,
+before, ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
 DECODE_QUEUE_DRIVER_FROM = "0.5.21"
 """The first release the ``pop_preallocated`` driver runs on: from 0.5.21 the queue has the form it is written
 against (``DecodePrefixMatch``, ``_send_kv_metadata`` / ``_transfer_page_indices``, ``_required_admission_tokens``,
@@ -54,11 +68,12 @@ EARLIER_FORM = {
     "prefill_exchange": "0.5.21 and earlier have no DeferredBootstrap (common/bootstrap.py) and their requests "
     "spell the chunk end extend_range.end and the prefix prefix_indices; 0.5.20 and earlier have no _send_kv_chunk "
     "(one send_kv_chunk, no checksum, no transfer limit); a driver for those forms is not written yet",
-    "kv_sender": "0.5.21 and earlier build Mooncake's sender with TP and PP ranks and read get_parallel().dp_size, "
-    "which override() rejects in 0.5.17-0.5.20; 0.5.16 and earlier read the manager's server_args; a driver for "
-    "those forms is not written yet",
-    "bootstrap": "0.5.21 and earlier build the sender with TP and PP ranks; 0.5.12 and earlier finalise bootstrap "
-    "inline in pop_bootstrapped; a driver for those forms is not written yet",
+    "kv_sender": "before 0.4.6.post5 prefill's send loop passes the sender each send's destination slice and last "
+    "flag (send(kv_indices, index_slice, is_last)): K1's placement and last-flag rules are the caller's there, not "
+    "the sender's; a driver for that form is not written yet",
+    "bootstrap": "before 0.4.5.post2 (#5561, paged transfer) prefill initialises the sender with a token count, not "
+    "pages (page size 1 only), and 0.4.4.post2-0.4.5 have only a placeholder sender; a driver for that form is not "
+    "written yet",
     "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
     "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
     "not written yet",
@@ -223,6 +238,8 @@ def sglang_release_target() -> Target:
         return sglang_send_kv_chunk, sglang_decode_page_indices
 
     since = {u: SCHEDULER_DRIVERS_FROM for u in SCHEDULER_UNITS} | {
+        "kv_sender": KV_SENDER_DRIVER_FROM,
+        "bootstrap": BOOTSTRAP_DRIVER_FROM,
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
     }
