@@ -42,10 +42,11 @@ SCHEDULER_DRIVERS_FROM = "0.5.22"
 """The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against
 (0.5.22's differences - no ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``,
 Mooncake's own sender - are met by the drivers; the inputs of 0.5.23's features are outside 0.5.22's domain)."""
-WIRE_DRIVER_FROM = "0.4.9.post4"
-"""The first release whose Mooncake receiver sends decode's metadata through ``_connect_to_bootstrap_server`` to each
-prefill peer (``init``, then ``send_metadata`` from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23): the wire
-driver records those frames."""
+WIRE_DRIVER_FROM = "0.4.7.post1"
+"""The first release whose metadata wire carries decode's page list as int32 (``TransferInfo.from_zmq`` parses
+int32; int64 before), the list W2 draws: the wire driver records the frames the Mooncake receiver sends its prefill
+peer - through ``_connect`` to each peer's endpoint (to 0.4.9.post3), ``_connect_to_bootstrap_server`` (0.4.9.post4
+on); ``init``, then ``send_metadata`` from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23."""
 KV_SENDER_DRIVER_FROM = "0.4.6.post5"
 """The first release the ``kv_sender`` driver runs on: from 0.4.6.post5 (#6019) the KV sender tracks its own
 destination offset and last flag (``send(kv_indices)``; before, the caller passed ``index_slice`` and ``is_last``).
@@ -77,8 +78,9 @@ EARLIER_FORM = {
     "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
     "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
     "not written yet",
-    "wire_roundtrip": "before 0.4.9.post4 the receiver opens its own socket to one prefill server "
-    "(no _connect_to_bootstrap_server): a driver for that form is not written yet",
+    "wire_roundtrip": "before 0.4.7.post1 decode's page list goes over the wire as int64 (TransferInfo.from_zmq "
+    "parses int64): W2's int32 list is not its input there, and 0.4.5.post1-0.4.6.post4 also send the buffers' "
+    "addresses with every message; a driver for that form is not written yet",
     "send_kv_chunk": "0.5.20 and earlier send through one send_kv_chunk with the page conversion inline (no "
     "_send_kv_chunk / _transfer_page_indices to call); a driver for that form is not written yet",
     "decode_page_indices": "0.5.20 and earlier convert decode's destination list inline in pop_preallocated (no "

@@ -3,8 +3,9 @@ prefill's real ``TransferInfo.from_zmq``.
 
 The frames come from the release's own code: ``MooncakeKVManager.build_receiver_metadata_message`` (0.5.23; called
 unbound on a stand-in holding ``local_ip``, ``rank_port`` and ``get_session_id``), or - before it existed - the
-``MooncakeKVReceiver.send_metadata`` (``init`` before 0.5.10) that built them inline (0.4.9.post4-0.5.22), called
-unbound on a stand-in receiver with one prefill peer whose socket records the frames it is sent. State lists are
+``MooncakeKVReceiver.send_metadata`` (``init`` before 0.5.10) that built them inline (0.4.7.post1-0.5.22), called
+unbound on a stand-in receiver with one prefill peer whose socket records the frames it is sent (the receiver
+connects through ``_connect_to_bootstrap_server`` from 0.4.9.post4, through ``_connect`` before). State lists are
 sent where the release packs one list per state type (0.5.12 on); the decode prefix where the method takes it.
 """
 
@@ -14,6 +15,7 @@ import contextlib
 import inspect
 from types import SimpleNamespace
 from typing import Any, cast
+from unittest import mock
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +43,7 @@ def _receiver_frames(  # pragma: no cover - conformance venv
         session_id="session",
         required_dst_info_num=1,
         _connect_to_bootstrap_server=lambda info: (Socket(), contextlib.nullcontext()),
+        _connect=lambda endpoint: (Socket(), contextlib.nullcontext()),  # to 0.4.9.post3: a socket per endpoint
         invalidate_cached_bootstrap_infos=lambda: None,
     )
     # the method that sends the metadata: send_metadata (0.5.10 on), init before it
@@ -53,7 +56,11 @@ def _receiver_frames(  # pragma: no cover - conformance venv
         kw["state_indices"] = state if "pack_int_lists" in inspect.getsource(method) else None
     if "decode_prefix_len" in params:
         kw["decode_prefix_len"] = decode_prefix_len
-    method(receiver, pages, aux_index, **kw)
+    from sglang.srt.disaggregation.mooncake import conn
+
+    # the decode host's own address, which 0.4.7.post1 reads with a probe of the network (the manager's from 0.4.8)
+    with mock.patch.object(conn, "get_local_ip_by_remote", lambda *a: "10.0.0.2", create=True):
+        method(receiver, pages, aux_index, **kw)
     assert len(sent) == 1, f"{method.__qualname__} sent {len(sent)} messages to one prefill peer"
     return sent[0]
 
