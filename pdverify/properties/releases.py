@@ -110,11 +110,14 @@ class InputDomain:
 
 # Input features that came with a release (each an input-domain boundary with its evidence in
 # contract_evidence.json): a release before one is never given its inputs, the strategies ask ``DOMAIN.has``.
+FROM_INT32_WIRE = Contract("decode's page list goes over the wire as int32 (#7214), first in sglang 0.4.7.post1",
+                           "0.4.7.post1")  # fmt: skip
 FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices (Mooncake), first in sglang 0.5.23",
                                     "0.5.23")  # fmt: skip
 FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
 FEATURES: dict[str, Contract] = {
     "state_payloads": FROM_STATE_PAYLOADS,
+    "int32_wire": FROM_INT32_WIRE,
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
     "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
 }

@@ -410,11 +410,11 @@ def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int
 @example(pages=[], state=[], aux=0, prefix=8)  # a full decode hit: no page, the prefix only
 @prop(
     "W2",
-    "the metadata wire alone: the int32 page list every release's decode sends, its aux index, state lists and "
-    "prefix, parsed back by prefill's TransferInfo.from_zmq",
+    "the metadata wire alone: the page list decode sends (int32; int64 before #7214), its aux index, state lists "
+    "and prefix, parsed back by prefill's TransferInfo.from_zmq",
     needs=("wire_roundtrip",),
     clauses=(
-        Clause("pages", title="the page list and aux index come back as sent, int32, not a dummy rank"),
+        Clause("pages", title="the page list and aux index come back as sent, in its dtype, not a dummy rank"),
         Clause("state_lists", FROM_STATE_LISTS, "the state lists come back as sent, list by list"),
         Clause("decode_prefix", FROM_MOONCAKE_DECODE_PREFIX, "the decode prefix comes back as sent"),
     ),
@@ -426,11 +426,12 @@ def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int
 def test_w2_wire_alone(target: Target, device: str, pages: list[int], state: list[list[int]], aux: int,
                        prefix: int) -> None:  # fmt: skip
     within_domain(DOMAIN.decode_prefix or not prefix, "a decode prefix")
-    got: WireMessage = target.require("wire_roundtrip")(np.array(pages, dtype=np.int32), aux, state, prefix)
+    dtype = "int32" if DOMAIN.has("int32_wire") else "int64"  # what the release's decode sends
+    got: WireMessage = target.require("wire_roundtrip")(np.array(pages, dtype=dtype), aux, state, prefix)
     if applies("pages"):
         assert not got.is_dummy, "a real destination was read as a dummy rank"
-        assert list(got.pages) == pages and got.dtype == "int32", (
-            f"pages {pages} came back as {list(got.pages)} ({got.dtype})"
+        assert list(got.pages) == pages and got.dtype == dtype, (
+            f"pages {pages} ({dtype}) came back as {list(got.pages)} ({got.dtype})"
         )
         assert got.aux_index == aux, f"aux {aux} came back as {got.aux_index}"
     if applies("state_lists"):

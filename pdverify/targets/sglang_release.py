@@ -42,11 +42,18 @@ SCHEDULER_DRIVERS_FROM = "0.5.22"
 """The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against
 (0.5.22's differences - no ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``,
 Mooncake's own sender - are met by the drivers; the inputs of 0.5.23's features are outside 0.5.22's domain)."""
-WIRE_DRIVER_FROM = "0.4.7.post1"
-"""The first release whose metadata wire carries decode's page list as int32 (``TransferInfo.from_zmq`` parses
-int32; int64 before), the list W2 draws: the wire driver records the frames the Mooncake receiver sends its prefill
-peer - through ``_connect`` to each peer's endpoint (to 0.4.9.post3), ``_connect_to_bootstrap_server`` (0.4.9.post4
-on); ``init``, then ``send_metadata`` from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23."""
+WIRE_DRIVER_FROM = "0.4.5.post1"
+"""The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
+records the frames the Mooncake receiver sends its prefill peer - the one peer of ``bootstrap_info`` with the
+buffers' addresses in every message (0.4.5.post1-0.4.6.post4), each of ``bootstrap_infos`` after; through
+``_connect`` (to 0.4.9.post3), ``_connect_to_bootstrap_server`` (0.4.9.post4 on); ``init``, then ``send_metadata``
+from 0.5.10; ``build_receiver_metadata_message`` in 0.5.23 - and W2 draws the page list in the dtype the release's
+decode sends (int64 before #7214, 0.4.7.post1: the ``int32_wire`` input feature)."""
+KV_TRANSPORT_FROM = "0.4.5.post1"
+"""The first release with a KV transport (Mooncake's, ``disaggregation/mooncake/conn.py``): 0.4.4.post2-0.4.5 ship only
+``disaggregation/conn.py``'s placeholder ``KVSender`` / ``KVReceiver``, which move nothing and carry no metadata, so
+those releases have no KV sender (K1) and no metadata wire (W2) to check: no such code."""
+TRANSPORT_UNITS = ("kv_sender", "wire_roundtrip")
 KV_SENDER_DRIVER_FROM = "0.4.6.post5"
 """The first release the ``kv_sender`` driver runs on: from 0.4.6.post5 (#6019) the KV sender tracks its own
 destination offset and last flag (``send(kv_indices)``; before, the caller passed ``index_slice`` and ``is_last``).
@@ -78,9 +85,6 @@ EARLIER_FORM = {
     "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
     "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
     "not written yet",
-    "wire_roundtrip": "before 0.4.7.post1 decode's page list goes over the wire as int64 (TransferInfo.from_zmq "
-    "parses int64): W2's int32 list is not its input there, and 0.4.5.post1-0.4.6.post4 also send the buffers' "
-    "addresses with every message; a driver for that form is not written yet",
     "send_kv_chunk": "0.5.20 and earlier send through one send_kv_chunk with the page conversion inline (no "
     "_send_kv_chunk / _transfer_page_indices to call); a driver for that form is not written yet",
     "decode_page_indices": "0.5.20 and earlier convert decode's destination list inline in pop_preallocated (no "
@@ -211,6 +215,12 @@ def sglang_release_target() -> Target:
         else:
             drivers = load()
         for unit, driver in zip(units, drivers, strict=True):
+            if unit in TRANSPORT_UNITS and version < Version(KV_TRANSPORT_FROM):
+                sources.append(
+                    (unit, f"sglang {release} has no KV transport (its disaggregation/conn.py KVSender and KVReceiver "
+                     f"are placeholders that move nothing; Mooncake's came in {KV_TRANSPORT_FROM})")
+                )  # fmt: skip
+                continue
             if version < Version(since[unit]):
                 why = EARLIER_FORM.get(unit, "")
                 sources.append(

@@ -33,17 +33,27 @@ def _receiver_frames(  # pragma: no cover - conformance venv
         def send_multipart(self, frames: list[bytes]) -> None:
             sent.append(list(frames))
 
-    manager = SimpleNamespace(local_ip="10.0.0.2", rank_port=9000, enable_staging=False,
+    class Connection(tuple[Any, ...]):
+        """What ``_connect`` returns: ``(socket, lock)`` from 0.4.5.post2, the socket itself on 0.4.5.post1."""
+
+        def send_multipart(self, frames: list[bytes]) -> None:
+            self[0].send_multipart(frames)
+
+    # the registered buffers' addresses, which 0.4.5.post1-0.4.6.post4 send with every message (the manager's kv_args)
+    kv_args = SimpleNamespace(kv_data_ptrs=[1 << 40], aux_data_ptrs=[1 << 41], engine_rank=0)
+    manager = SimpleNamespace(local_ip="10.0.0.2", rank_port=9000, enable_staging=False, kv_args=kv_args,
                               record_failure=lambda *a: None, update_status=lambda *a: None)  # fmt: skip
+    peer = {"is_dummy": False, "rank_ip": "10.0.0.3", "rank_port": 9001}
     receiver: Any = SimpleNamespace(
-        bootstrap_infos=[{"is_dummy": False, "rank_ip": "10.0.0.3", "rank_port": 9001}],
+        bootstrap_infos=[peer],
+        bootstrap_info=peer,  # the one prefill peer before 0.4.6.post5
         bootstrap_room=7,
         bootstrap_addr="10.0.0.3:8998",
         kv_mgr=manager,
         session_id="session",
         required_dst_info_num=1,
         _connect_to_bootstrap_server=lambda info: (Socket(), contextlib.nullcontext()),
-        _connect=lambda endpoint: (Socket(), contextlib.nullcontext()),  # to 0.4.9.post3: a socket per endpoint
+        _connect=lambda endpoint: Connection((Socket(), contextlib.nullcontext())),  # to 0.4.9.post3: per endpoint
         invalidate_cached_bootstrap_infos=lambda: None,
     )
     # the method that sends the metadata: send_metadata (0.5.10 on), init before it
@@ -58,7 +68,7 @@ def _receiver_frames(  # pragma: no cover - conformance venv
         kw["decode_prefix_len"] = decode_prefix_len
     from sglang.srt.disaggregation.mooncake import conn
 
-    # the decode host's own address, which 0.4.7.post1 reads with a probe of the network (the manager's from 0.4.8)
+    # the decode host's own address, which releases before 0.4.8 read with a probe of the network (the manager's after)
     with mock.patch.object(conn, "get_local_ip_by_remote", lambda *a: "10.0.0.2", create=True):
         method(receiver, pages, aux_index, **kw)
     assert len(sent) == 1, f"{method.__qualname__} sent {len(sent)} messages to one prefill peer"
@@ -95,5 +105,5 @@ def sglang_wire_roundtrip(  # pragma: no cover - conformance venv
         info.dst_aux_index,
         tuple(tuple(int(v) for v in s) for s in getattr(info, "dst_state_indices", ())),
         getattr(info, "decode_prefix_len", 0),
-        bool(info.is_dummy),
+        bool(getattr(info, "is_dummy", False)),  # no dummy ranks before 0.4.6.post5
     )
