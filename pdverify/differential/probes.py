@@ -97,7 +97,7 @@ def _prebuilt(target: Target, x: dict[str, Any], device: str) -> Any:
 
 
 def _wire(target: Target, x: dict[str, Any], device: str) -> Any:
-    pages = np.array(x["pages"], dtype=np.int32)  # what every release's decode sends
+    pages = np.array(x["pages"], dtype=x.get("dtype", "int32"))  # what the older release's decode sends
     return target.require("wire_roundtrip")(pages, x["aux"], x["state"], x["prefix"])
 
 
@@ -108,6 +108,7 @@ def _wire_inputs() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({
         "pages": st.lists(st.integers(0, 2**31 - 1), max_size=64), "state": s.state_lists(),
         "aux": st.integers(0, 2**31 - 1), "prefix": st.integers(0, 4096) if DOMAIN.decode_prefix else st.just(0),
+        "dtype": st.just("int32" if DOMAIN.has("int32_wire") else "int64"),  # int64 lists before #7214
     })  # fmt: skip
 
 
