@@ -55,6 +55,7 @@ def domain_key(release: str) -> str:
     """The input domain a release's strategies draw from, as a key: releases with equal keys share a corpus."""
     domain = bind_release(release)
     key = ",".join(f"{k}={int(v)}" for k, v in sorted(vars(domain).items()) if isinstance(v, bool))
+    key += ";features=" + ",".join(sorted(domain.features))  # the input features too (state payloads, int32 wire...)
     bind_release(None)
     return key
 

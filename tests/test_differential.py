@@ -158,4 +158,7 @@ def test_every_difference_needs_a_boundary_or_a_triaged_defect() -> None:
         == "FROM_35070 (intended change, #35070); T1 (fixed by 0.5.22: P19)"
     )
     assert diff.domain_key("0.5.10") != diff.domain_key("0.5.11") == diff.domain_key("0.5.12")
+    # an input feature of its own makes a domain of its own (state lists from 0.5.3.post3, the int32 wire)
+    assert diff.domain_key("0.5.3.post2") != diff.domain_key("0.5.3.post3")
+    assert diff.domain_key("0.4.7") != diff.domain_key("0.4.7.post1")
     assert diff.main(["0.5.23"]) == 2 and diff.main(["9.9.9", "0.5.23"]) == 2
