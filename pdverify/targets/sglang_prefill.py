@@ -576,7 +576,7 @@ def _kv_checksum(
     return mock.patch.object(adler32, "_jit_adler32_module", lambda: CpuKernel())
 
 
-def _parameters(fn: Any, name: str) -> Any:  # pragma: no cover - conformance venv
+def _parameters(fn: Any, name: str) -> Any:
     """The parameters of method ``name`` (``fn``, a function or bound method), seen through a decorator that hides
     them behind ``(*args, **kwargs)`` without ``functools.wraps`` (Mooncake's ``mooncake_trace_func`` on ``send``,
     0.5.13 on): the function named ``name`` the wrapper closes over."""
