@@ -265,7 +265,8 @@ def _dp_width(manager: Any, ranks: int, balance: str) -> Iterator[None]:  # prag
     ``get_parallel().num_dp_ranks`` (0.5.22 on) or ``get_parallel().dp_size`` (0.5.21) through the parallel
     context's own ``override``; the published server arguments through SGLang's test override
     ``get_context().override_server_args`` where ``override`` does not take them (0.5.17-0.5.20); the manager's
-    ``server_args`` (0.5.16 and earlier, which have no runtime context)."""
+    ``server_args`` (0.5.16 and earlier: to 0.5.13 there is no runtime context, 0.5.14-0.5.16 have one without
+    ``override_server_args``)."""
     manager.server_args = SimpleNamespace(dp_size=ranks, load_balance_method=balance)
     try:
         from sglang.srt.runtime_context import get_context, get_parallel
@@ -277,8 +278,11 @@ def _dp_width(manager: Any, ranks: int, balance: str) -> Iterator[None]:  # prag
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(parallel.override(**{dp_field: ranks, "load_balance_method": balance}))
-        except ValueError:  # 0.5.17-0.5.20: "unknown parallel field(s)", the width is a published server argument
-            stack.enter_context(get_context().override_server_args(dp_size=ranks, load_balance_method=balance))
+        except ValueError:  # "unknown parallel field(s)": the width is a server argument
+            publish = getattr(get_context(), "override_server_args", None)
+            if publish is not None:  # 0.5.17-0.5.20 read the published server arguments
+                stack.enter_context(publish(dp_size=ranks, load_balance_method=balance))
+            # 0.5.14-0.5.16 have a runtime context but read the manager's server_args (set above)
         yield
 
 
