@@ -317,21 +317,26 @@ FAKE_RELEASE = {
 }
 
 
+def fake_release(tmp_path: Path, version: str, code: str) -> tuple[Any, dict[str, str]]:
+    """``code``'s JSON output, run over ``FAKE_RELEASE`` as sglang ``version`` in ``tmp_path``; and its environment."""
+    for rel, text in {**FAKE_RELEASE, "sglang/__init__.py": f'__version__ = "{version}"\n'}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), env
+
+
 def test_release_target_says_a_release_without_a_transport_has_no_sender_or_wire(tmp_path: Path) -> None:
     """0.4.4.post2-0.4.5 ship placeholder KVSender / KVReceiver classes only: the KV sender and the wire are code the
     release does not have (absent), never 'no driver'; the bootstrap queue is there, in a form no driver covers."""
-    for rel, text in {**FAKE_RELEASE, "sglang/__init__.py": '__version__ = "0.4.5"\n'}.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
     code = (
         "import json\n"
         "from pdverify.targets.sglang_release import sglang_release_target\n"
         "print(json.dumps(dict(sglang_release_target().unit_sources)))\n"
     )
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    sources = json.loads(proc.stdout)
+    sources, _ = fake_release(tmp_path, "0.4.5", code)
     for unit in ("kv_sender", "wire_roundtrip"):
         assert "sglang 0.4.5 has no KV transport" in sources[unit] and "no driver" not in sources[unit], sources[unit]
     assert "no driver for sglang 0.4.5's form" in sources["bootstrap"] and "0.4.5.post2" in sources["bootstrap"]
@@ -340,9 +345,6 @@ def test_release_target_says_a_release_without_a_transport_has_no_sender_or_wire
 def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
     """The release-aware target on a stand-in 0.5.10 tree: page helpers from disaggregation/utils.py called on
     host arrays, prepare_for_prebuilt_extend over the all-era request layout, every other unit absent with why."""
-    for rel, text in FAKE_RELEASE.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
     code = (
         "import json\n"
         "from pdverify.targets.sglang_release import sglang_release_target\n"
@@ -351,10 +353,7 @@ def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
         "                  'supplies': [u for u in ('kv_to_page_indices', 'kv_to_page_num', 'page_align_floor',\n"
         "                               'prepare_for_prebuilt', 'send_kv_chunk') if t.supplies(u)]}))\n"
     )
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout)
+    got, env = fake_release(tmp_path, "0.5.10", code)
     assert got["release"] == "0.5.10" and got["layout"] == "sglang-any"
     assert got["supplies"] == ["kv_to_page_indices", "kv_to_page_num", "prepare_for_prebuilt"]
     sources = got["sources"]
