@@ -60,7 +60,7 @@ KILLERS: dict[str, list[str]] = {
     "S21": ["XE03", "XE04"],
     "T1": ["TT01", "TT02", "TT03", "TT04", "TT05"],
     "K1": ["KS01", "KS02", "KS03", "KS04"],
-    "K2": ["KB01", "KB02", "KB03"],
+    "K2": ["KB01", "KB02", "KB03", "KB04", "KB05"],  # one a clause: popped, start, pages, finalized, buffer
     "T2": ["TT06", "TT07", "TT08"],
     "S22": ["XE05", "XE06"],
     "S23": ["XE07"],

@@ -717,6 +717,16 @@ def bootstrap_floor(case: BootstrapCase, device: str) -> BootstrapTrace:
     return replace(sender_port.bootstrap(case, device), num_pages=(case.length - case.decode_prefix) // case.page_size)
 
 
+@mutant("KB04", "bootstrap", "wrong condition", "bootstrap waits on a free metadata buffer as if none were free")
+def bootstrap_never_done(case: BootstrapCase, device: str) -> BootstrapTrace:
+    return replace(sender_port.bootstrap(case, device), finalized=False)
+
+
+@mutant("KB05", "bootstrap", "wrong value", "bootstrap initialises the sender with the next metadata buffer")
+def bootstrap_next_buffer(case: BootstrapCase, device: str) -> BootstrapTrace:
+    return replace(sender_port.bootstrap(case, device), aux_index=case.aux_index + 1)
+
+
 @mutant("XE07", "prefill_exchange", "missing term", "the early send ships the host hit still loading back too")
 def early_includes_host_hit(case: PrefillCase, device: str) -> PrefillTrace:
     if case.early_prefix is not None and case.host_hit_length:
