@@ -108,7 +108,7 @@ def _wire_inputs() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({
         "pages": st.lists(st.integers(0, 2**31 - 1), max_size=64), "state": s.state_lists(),
         "aux": st.integers(0, 2**31 - 1), "prefix": st.integers(0, 4096) if DOMAIN.decode_prefix else st.just(0),
-        "dtype": st.just("int32" if DOMAIN.has("int32_wire") else "int64"),  # int64 lists before #7214
+        "dtype": st.just(DOMAIN.wire_page_dtype),  # int64 lists before #7214
     })  # fmt: skip
 
 

@@ -102,6 +102,12 @@ class InputDomain:
             raise KeyError(f"unknown input feature {feature!r} (known: {', '.join(FEATURES)})")
         return feature in self.features
 
+    @property
+    def wire_page_dtype(self) -> str:
+        """The dtype of the page list the release's decode sends over the metadata wire: int32 from #7214, int64
+        before (``int32_wire``)."""
+        return "int32" if self.has("int32_wire") else "int64"
+
     def state_types(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The state types of ``names`` the release registers (``StateType``): a type that came later is never drawn
         for it."""

@@ -426,7 +426,7 @@ def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int
 def test_w2_wire_alone(target: Target, device: str, pages: list[int], state: list[list[int]], aux: int,
                        prefix: int) -> None:  # fmt: skip
     within_domain(DOMAIN.decode_prefix or not prefix, "a decode prefix")
-    dtype = "int32" if DOMAIN.has("int32_wire") else "int64"  # what the release's decode sends
+    dtype = DOMAIN.wire_page_dtype  # what the release's decode sends
     got: WireMessage = target.require("wire_roundtrip")(np.array(pages, dtype=dtype), aux, state, prefix)
     if applies("pages"):
         assert not got.is_dummy, "a real destination was read as a dummy rank"

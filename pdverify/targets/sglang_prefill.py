@@ -246,17 +246,16 @@ def _common_sender(
         from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
 
         sender_class = MooncakeKVSender
-    ranked = "pp_rank" in inspect.signature(sender_class).parameters  # 0.5.21 and earlier: TP ranks, PP rank
+    ranks: tuple[Any, ...] = ([0], 0) if "pp_rank" in inspect.signature(sender_class).parameters else ()  # TP, PP
     dp = case.attention_dp if case is not None else None
-    if dp is None:
-        with _dp_width(manager, 1, "round_robin"):
-            return sender_class(manager, "10.0.0.1:8998", room, *([[0], 0] if ranked else []))
-    ranks, _, method, placed = dp
-    balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
-    with _dp_width(manager, ranks, balance):
-        if ranked:
-            return sender_class(manager, "10.0.0.1:8998", room, [0], 0, placed)
-        return sender_class(manager, "10.0.0.1:8998", room, placed)
+    width, balance = 1, "round_robin"
+    placed: tuple[bool, ...] = ()  # the router placed the request on a DP rank (0.5.16 on)
+    if dp is not None:
+        width, _, method, placement = dp
+        balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
+        placed = (placement,)
+    with _dp_width(manager, width, balance):
+        return sender_class(manager, "10.0.0.1:8998", room, *ranks, *placed)
 
 
 @contextmanager
@@ -439,7 +438,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         queue = Queue()
         queue.queue = [req]
         bootstraps: list[bool] = []
-        with mock.patch.object(prefill, "poll_and_all_reduce_attn_cp_tp_group", lambda p, *g: [s.poll() for s in p]):
+        with _one_rank_polls(prefill):
             while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
                 bootstraps.append(bool(queue.pop_bootstrapped()))
         assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
@@ -484,6 +483,18 @@ class _BufferPool:
     def alloc(self) -> int:
         self.taken += 1
         return self.index
+
+
+def _one_rank_polls(prefill: Any) -> Any:  # pragma: no cover - conformance venv
+    """The poll's all-reduce over the attention TP/CP group (``poll_and_all_reduce_attn_cp_tp_group``, or
+    ``poll_and_all_reduce`` over the gloo group before 0.5.10) patched in ``prefill`` for the call: over one rank it is
+    the identity, each sender's own ``poll()``."""
+    polls: dict[str, Any] = {
+        name: (lambda pollers, *groups: [int(p.poll()) for p in pollers])
+        for name in ("poll_and_all_reduce", "poll_and_all_reduce_attn_cp_tp_group")
+        if hasattr(prefill, name)
+    }
+    return mock.patch.multiple(prefill, **polls)
 
 
 @contextmanager
@@ -625,13 +636,13 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     ``_num_pages_to_send``) from 0.5.13; before, the same steps inline in ``pop_bootstrapped``, run over a queue
     holding the request once decode's destinations have arrived (``WaitingForInput``). Stand-ins: the metadata
     buffer pool (``_BufferPool``) and the poll's all-reduce over the attention TP/CP group (one rank: the identity)."""
-    import sglang
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import KVPoll
 
     from pdverify.properties.releases import DECODE_PREFIXES, FROM_MOONCAKE_DECODE_PREFIX
+    from pdverify.targets.sglang_release import installed_release
 
-    release = str(sglang.__version__)
+    release = installed_release()
     if case.decode_prefix and DECODE_PREFIXES.not_applicable(release) is not None:
         raise ValueError(
             f"bootstrap: sglang {release} has no decode-side prefixes (they came in 0.5.11); "
@@ -679,12 +690,7 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
         finalized = bool(queue.finalize_bootstrap(req))
     else:  # 0.5.12 and earlier: the steps inline in pop_bootstrapped, for a request decode is ready to receive
         manager.request_status[case.room] = KVPoll.WaitingForInput
-        polls: dict[str, Any] = {
-            name: (lambda pollers, *groups: [int(p.poll()) for p in pollers])
-            for name in ("poll_and_all_reduce", "poll_and_all_reduce_attn_cp_tp_group")
-            if hasattr(prefill, name)
-        }
-        with mock.patch.multiple(cast(Any, prefill), **polls):
+        with _one_rank_polls(prefill):
             finalized = req in queue.pop_bootstrapped()
     return BootstrapTrace(
         finalized,

@@ -3,7 +3,7 @@ prefill's real ``TransferInfo.from_zmq``.
 
 The frames come from the release's own code: ``MooncakeKVManager.build_receiver_metadata_message`` (0.5.23; called
 unbound on a stand-in holding ``local_ip``, ``rank_port`` and ``get_session_id``), or - before it existed - the
-``MooncakeKVReceiver.send_metadata`` (``init`` before 0.5.10) that built them inline (0.4.7.post1-0.5.22), called
+``MooncakeKVReceiver.send_metadata`` (``init`` before 0.5.10) that built them inline (0.4.5.post1-0.5.22), called
 unbound on a stand-in receiver with one prefill peer whose socket records the frames it is sent (the receiver
 connects through ``_connect_to_bootstrap_server`` from 0.4.9.post4, through ``_connect`` before). State lists are
 sent where the release packs one list per state type (0.5.12 on); the decode prefix where the method takes it.
