@@ -14,6 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from pdverify.model.layout import PagedRow, pages_needed
+from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int, check_range
@@ -57,7 +58,8 @@ def paged_rows(
 ) -> st.SearchStrategy[PagedRow]:
     """A request's paged row: ``length`` tokens (``min_length..max_length``) on fragmented, unordered,
     distinct physical pages drawn from a pool of ``pages_needed + spare_pages`` pages (page 0 never used),
-    and (with ``prefix``) a page-aligned decode prefix ``D <= length``; otherwise ``D == 0``."""
+    and (with ``prefix``) a page-aligned decode prefix ``D <= length``; otherwise ``D == 0``. Within the bound
+    release's input domain (``DOMAIN``): ``D == 0`` before decode prefixes."""
     check_int("min_length", min_length)
     check_int("max_length", max_length)
     check_range("min_length", min_length, "max_length", max_length)
@@ -98,7 +100,7 @@ def draw_paged_row(
     count = pages_needed(length, ps)
     pool = count + spare_pages
     pages = distinct_sample(c, 1, pool, count)
-    d = c.integer(0, length // ps) * ps if prefix else 0
+    d = c.integer(0, length // ps) * ps if prefix and DOMAIN.decode_prefix else 0  # decode prefixes: 0.5.11 on
     return PagedRow(tuple(pages), length, ps, d)
 
 
@@ -155,6 +157,14 @@ class PDPair:
     """The index dtype of both request-to-token tables: int32 as allocated, int64 as translated to physical
     ids (unified memory)."""
 
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the pair uses that came with a release (``pdverify.properties.releases.FEATURES``):
+        a decode prefix, int64 (translated) tables."""
+        used = ["decode_prefixes"] if self.prefix_len else []
+        if self.dtype == torch.int64:
+            used.append("translated_ids")
+        return tuple(used)
+
     @property
     def page_size(self) -> int:
         return self.prefill.page_size
@@ -175,7 +185,7 @@ def pd_pairs(
     max_chunks: int = 8,
 ) -> st.SearchStrategy[PDPair]:
     """A request's prefill row and decode row (independently fragmented), its decode prefix, a chunk schedule
-    for prefill and the index dtype of the tables (int32 or int64)."""
+    for prefill and the index dtype of the tables (int32, or int64 where the bound release has translated ids)."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     if page_size is not None and not isinstance(page_size, st.SearchStrategy):
@@ -192,12 +202,15 @@ def _pd_pairs(
     max_chunks: int = 8,
 ) -> PDPair:
     c = Choices(draw)
-    decode = draw_paged_row(c, page_size, max_length=max_length)
+    # a prompt has a token at least: SGLang refuses an empty one ("input_ids cannot be empty.", io_struct.py)
+    decode = draw_paged_row(c, page_size, min_length=1, max_length=max(1, max_length))
     ps, n = decode.page_size, decode.length
     count = pages_needed(n, ps)
     pages = distinct_sample(c, 1, count + 64, count)
     prefill = PagedRow(tuple(pages), n, ps, decode.prefix_len)
-    return PDPair(prefill, decode, draw_chunk_ends(c, n, max_chunks=max_chunks), c.pick(INDEX_DTYPES))
+    # int64 tables are translated ids (unified-memory pools, #33362); before them req_to_token's int32 is all there is
+    dtype = c.pick(INDEX_DTYPES) if DOMAIN.has("translated_ids") else torch.int32
+    return PDPair(prefill, decode, draw_chunk_ends(c, n, max_chunks=max_chunks), dtype)
 
 
 def token_index_lists(*, max_size: int = 512, max_value: int = 2**31 - 1) -> st.SearchStrategy[list[int]]:

@@ -106,6 +106,34 @@ def test_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
     assert max(prefixes) > 0, "the current contract draws decode prefixes"
 
 
+def test_pd_pairs_draw_only_the_release_domain(release_domain: Any) -> None:
+    """Decode prefixes came in 0.5.11 and int64 (translated) tables with unified-memory PD in 0.5.18; a prompt has a
+    token in every release (SGLang refuses an empty one). A pair's input features name what it uses."""
+    from pdverify.strategies import PDPair, pd_pairs
+
+    def draw(release: str | None) -> list[PDPair]:
+        release_domain(release)
+        pairs: list[PDPair] = []
+
+        @settings(max_examples=150, database=None, derandomize=True)
+        @given(pair=pd_pairs())
+        def collect(pair: PDPair) -> None:
+            pairs.append(pair)
+
+        collect()
+        return pairs
+
+    old = draw("0.5.10")
+    assert all(p.prefix_len == 0 and p.dtype == torch.int32 and p.length >= 1 for p in old)
+    assert all(p.input_features() == () for p in old) and max(p.page_size for p in old) > 1
+    mid = draw("0.5.17")
+    assert any(p.prefix_len for p in mid) and all(p.dtype == torch.int32 for p in mid)
+    now = draw(None)
+    assert {p.dtype for p in now} == {torch.int32, torch.int64} and min(p.length for p in now) == 1
+    features = {f for p in now for f in p.input_features()}
+    assert features == {"decode_prefixes", "translated_ids"}, features
+
+
 def test_sender_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
     """State lists came with hybrid-model state payloads (0.5.3.post3), decode-side prefixes in 0.5.11: an earlier
     release's sender and bootstrap cases carry neither, a later one's both."""
@@ -337,7 +365,7 @@ def test_release_target_says_a_release_without_a_transport_has_no_sender_or_wire
         "print(json.dumps(dict(sglang_release_target().unit_sources)))\n"
     )
     sources, _ = fake_release(tmp_path, "0.4.5", code)
-    for unit in ("kv_sender", "wire_roundtrip"):
+    for unit in ("kv_sender", "wire_roundtrip", "send_kv_chunk", "decode_page_indices"):
         assert "sglang 0.4.5 has no KV transport" in sources[unit] and "no driver" not in sources[unit], sources[unit]
     assert "no driver for sglang 0.4.5's form" in sources["bootstrap"] and "0.4.5.post2" in sources["bootstrap"]
 
@@ -355,24 +383,26 @@ def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
     )
     got, env = fake_release(tmp_path, "0.5.10", code)
     assert got["release"] == "0.5.10" and got["layout"] == "sglang-any"
-    assert got["supplies"] == ["kv_to_page_indices", "kv_to_page_num", "prepare_for_prebuilt"]
+    # the chunk sender's drivers cover 0.5.10's inline forms (sglang_inline_units): supplied, run at call time
+    assert got["supplies"] == ["kv_to_page_indices", "kv_to_page_num", "prepare_for_prebuilt", "send_kv_chunk"]
     sources = got["sources"]
     assert sources["kv_to_page_indices"].endswith("utils.kv_to_page_indices (on .cpu().numpy(), as its call sites)")
     assert sources["prepare_for_prebuilt"].endswith(
         "ScheduleBatchDisaggregationDecodeMixin.prepare_for_prebuilt_extend"
     )
-    assert "no driver for sglang 0.5.10's form" in sources["send_kv_chunk"]
+    assert sources["send_kv_chunk"].endswith("sglang_inline_send_kv_chunk (drives sglang 0.5.10's own methods)")
+    assert "no driver for sglang 0.5.10's form" in sources["decode_queue"]
     # every unit without a driver says which form the release's code has there
     undriven = {u: why for u, why in sources.items() if "no driver" in why}
-    assert len(undriven) == 5 and all("a driver for th" in why for why in undriven.values()), undriven
+    assert len(undriven) == 3 and all("a driver for th" in why for why in undriven.values()), undriven
     assert "has no page_align_floor" in sources["page_align_floor"]
     report = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "sglang", "--profile", "ci", "--device",
-           "cpu", "-k", "p1_ or p6_ or p9_ or p22", "--report", str(report)]  # fmt: skip
+           "cpu", "-k", "p1_ or p6_ or q1_ or p22", "--report", str(report)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     statuses = {p["id"]: (p["status"], p["message"]) for p in json.loads(report.read_text())["properties"]}
     assert statuses["P1"][0] == "passed"
     assert statuses["P6"][0] == "not applicable" and "has no page_align_floor" in statuses["P6"][1]
-    assert "no driver for sglang 0.5.10" in statuses["P9"][1]
+    assert "no driver for sglang 0.5.10" in statuses["Q1"][1]
     assert "contract before upstream #35070" in statuses["P22"][1]

@@ -121,7 +121,13 @@ FROM_INT32_WIRE = Contract("decode's page list goes over the wire as int32 (#721
 FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices (Mooncake), first in sglang 0.5.23",
                                     "0.5.23")  # fmt: skip
 FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
+FROM_TRANSLATED_IDS = Contract(
+    "PD over unified-memory pools: int64 ids translated for the transfer (#33362), first in sglang 0.5.18", "0.5.18"
+)
+DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 FEATURES: dict[str, Contract] = {
+    "decode_prefixes": DECODE_PREFIXES,
+    "translated_ids": FROM_TRANSLATED_IDS,
     "state_payloads": FROM_STATE_PAYLOADS,
     "int32_wire": FROM_INT32_WIRE,
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
@@ -130,7 +136,6 @@ FEATURES: dict[str, Contract] = {
 """Input feature -> the first release that has it."""
 
 DOMAIN = InputDomain(features=frozenset(FEATURES))
-DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 SEEDED_COMPUTED = Contract(
     "already_computed seeded from prefill's cached tokens (#25973), first in sglang 0.5.13", "0.5.13"
 )

@@ -12,7 +12,8 @@ from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import transfer as oracle
 from pdverify.production.transfer import KvChunk, PrefillSendState, from_wire, to_wire
 from pdverify.properties.compare import assert_host_indices
-from pdverify.properties.registry import examples, note_event, prop
+from pdverify.properties.registry import examples, note_event, prop, within_release
+from pdverify.properties.releases import DOMAIN
 from pdverify.strategies import PDPair, pd_pairs
 from pdverify.targets import Target
 
@@ -34,6 +35,7 @@ class Exchange:
 
 def run_exchange(target: Target, pair: PDPair, device: str) -> Exchange:
     """Prefill sends ``pair``'s chunks through the target; decode builds its destination list."""
+    within_release(pair)  # an explicit example with a later release's input is outside an earlier one's domain
     ps, d, n = pair.page_size, pair.prefix_len, pair.length
     width = n + ps
     prefill_table = build_req_to_token([[], pair.prefill.locations], width, dtype=pair.dtype, device=device)
@@ -71,7 +73,7 @@ EXAMPLES = [
     _pair((5, 2, 9), (7, 1, 3), 10, 4, 4, [6, 10]),
     _pair((5, 2, 9), (7, 1, 3), 10, 4, 0, [3, 8, 10]),
     _pair((5, 2), (7, 1), 8, 4, 8, [8]),  # D == L: zero pages, still sent
-    _pair((), (), 0, 1, 0, [0]),
+    _pair((4,), (6,), 1, 1, 0, [1]),  # the shortest prompt SGLang accepts
     _pair((4, 8, 6), (1, 2, 3), 3, 1, 1, [1, 2, 3]),
     _pair((5, 2, 9), (7, 1, 3), 10, 4, 8, [3, 9, 10]),  # a chunk ending before D is skipped
     _pair((5, 2), (7, 1), 8, 4, 0, [7, 8]),  # the non-last chunk defers its partial page
@@ -184,8 +186,8 @@ def test_p13_last_chunk_sent(target: Target, device: str, pair: PDPair) -> None:
 @examples("pair", EXAMPLES)
 @prop(
     "P14",
-    "decode's list is int32 whatever the table's dtype and survives the int32 wire; prefill's lists keep the "
-    "table's dtype (int32, or int64 once translated)",
+    "decode's list has the wire's dtype whatever the table's (int32; int64 before #7214) and survives the wire; "
+    "prefill's lists keep the table's dtype (int32, or int64 once translated)",
     needs=NEEDS,
     pair=pd_pairs(),
 )
@@ -193,8 +195,9 @@ def test_p14_wire(target: Target, device: str, pair: PDPair) -> None:
     _events(pair)
     ex = run_exchange(target, pair, device)
     expected = oracle.decode_pages(ex.decode_locs, pair.prefix_len, pair.length, pair.page_size)
-    assert_host_indices("decode_page_indices", ex.decode, expected, np.dtype(np.int32))
-    assert from_wire(to_wire(ex.decode)).tolist() == expected, "decode's list does not survive the wire"
+    wire = np.dtype(DOMAIN.wire_page_dtype)  # what the release's receiver parses (from_zmq)
+    assert_host_indices("decode_page_indices", ex.decode, expected, wire)
+    assert np.frombuffer(to_wire(ex.decode), dtype=wire).tolist() == expected, "decode's list does not survive the wire"
     table = np.dtype(np.int64) if pair.dtype == torch.int64 else np.dtype(np.int32)
     for _, chunk in ex.sends:
         assert chunk.pages.dtype == table, f"prefill list has dtype {chunk.pages.dtype} on an {table} table"

@@ -108,8 +108,12 @@ class _Manager:
         return self._prepare_state(self, state)
 
     def add_transfer_request(
-        self, room: int, kv_indices: Any, index_slice: slice, is_last_chunk: bool, **kw: Any
-    ) -> None:
+        self, room: int, kv_indices: Any, index_slice: slice, is_last_chunk: bool, *nixl: Any, **kw: Any
+    ) -> list[Any]:
+        """Records the transfer; returns its (no) transfer handles, which NIXL's sender keeps."""
+        if nixl:  # NIXL's manager takes (chunk_id, aux_index, state_indices) positionally
+            _, aux, *state_lists = nixl
+            kw = {"aux_index": aux, "state_indices": state_lists[0] if state_lists else None, **kw}
         state = kw.get("state_indices")
         self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
         ranged = isinstance(index_slice, slice)  # a KV-sharded rank passes its owned positions instead
@@ -127,6 +131,7 @@ class _Manager:
                 waits_on_forward=kw.get("wait_event") is not None,
             )
         )
+        return []
 
 
 class _FakeEvent:

@@ -53,7 +53,7 @@ KV_TRANSPORT_FROM = "0.4.5.post1"
 """The first release with a KV transport (Mooncake's, ``disaggregation/mooncake/conn.py``): 0.4.4.post2-0.4.5 ship only
 ``disaggregation/conn.py``'s placeholder ``KVSender`` / ``KVReceiver``, which move nothing and carry no metadata, so
 those releases have no KV sender (K1) and no metadata wire (W2) to check: no such code."""
-TRANSPORT_UNITS = ("kv_sender", "wire_roundtrip")
+TRANSPORT_UNITS = ("kv_sender", "wire_roundtrip", "send_kv_chunk", "decode_page_indices")
 KV_SENDER_DRIVER_FROM = "0.4.6.post5"
 """The first release the ``kv_sender`` driver runs on: from 0.4.6.post5 (#6019) the KV sender tracks its own
 destination offset and last flag (``send(kv_indices)``; before, the caller passed ``index_slice`` and ``is_last``).
@@ -85,17 +85,24 @@ EARLIER_FORM = {
     "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
     "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
     "not written yet",
-    "send_kv_chunk": "0.5.20 and earlier send through one send_kv_chunk with the page conversion inline (no "
-    "_send_kv_chunk / _transfer_page_indices to call); a driver for that form is not written yet",
-    "decode_page_indices": "0.5.20 and earlier convert decode's destination list inline in pop_preallocated (no "
-    "_transfer_page_indices to call); a driver for that form is not written yet",
+    "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
+    "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
+    "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
+    "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
+    "pages; a driver for that form is not written yet",
     "decode_queue": "0.5.20 and earlier build the destination list inline (no _send_kv_metadata / "
     "_transfer_page_indices), admit inline (no _required_admission_tokens / _prealloc_reservation_fits) and have no "
     "host receive path; a driver for that form is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
-"""The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units)."""
+"""The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units split
+out); before, the same steps are inline in ``send_kv_chunk`` and ``pop_preallocated`` (``sglang_inline_units``)."""
+SENDER_UNITS_DRIVER_FROM = "0.4.5.post2"
+"""The first release the function-level sender units are driven on (``sglang_inline_units`` to 0.5.20): the first
+with paged transfer (#5561), whose prefill converts each send's tokens to pages and initialises the sender with a page
+count (``kv_to_page_num``, which P9-P14 read). 0.4.5.post1, the first with a KV transport, sends token indices and
+counts tokens: no page conversion, no ``kv_to_page_num``."""
 
 SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 MIXIN_MODULES = (SGLANG_MIXIN, "sglang.srt.disaggregation.decode")
@@ -245,6 +252,13 @@ def sglang_release_target() -> Target:
         )
 
     def sender_drivers() -> tuple[Any, ...]:
+        if version < Version(CHUNK_SENDER_FROM):  # the steps inline in send_kv_chunk and pop_preallocated
+            from pdverify.targets.sglang_inline_units import (
+                sglang_inline_decode_page_indices,
+                sglang_inline_send_kv_chunk,
+            )
+
+            return sglang_inline_send_kv_chunk, sglang_inline_decode_page_indices
         from pdverify.targets.sglang_prefill import sglang_decode_page_indices, sglang_send_kv_chunk
 
         return sglang_send_kv_chunk, sglang_decode_page_indices
@@ -257,7 +271,7 @@ def sglang_release_target() -> Target:
     }
     drive(SCHEDULER_UNITS, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")
-    drive(sender_units, dict.fromkeys(sender_units, CHUNK_SENDER_FROM), sender_drivers)
+    drive(sender_units, dict.fromkeys(sender_units, SENDER_UNITS_DRIVER_FROM), sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     # every unit notes the SGLang functions its calls enter (the run report's ``calls`` per property)
     units = {unit: recording(fn, "sglang") for unit, fn in units.items()}
