@@ -38,9 +38,9 @@ def _sender_cases(draw: st.DrawFn, *, max_pages: int, max_sends: int) -> SenderC
 
 
 def bootstrap_cases(*, max_length: int = 96, max_page_size: int = 16) -> st.SearchStrategy[BootstrapCase]:
-    """One request at bootstrap: a page size, a prompt of ``0..max_length`` tokens, a page-aligned decode prefix
-    anywhere in ``[0, L]`` (0 for a release before decode-side prefixes), its metadata buffer and a bootstrap room
-    (small or past 2**31)."""
+    """One request at bootstrap: a page size (1 for a release before paged transfer), a prompt of
+    ``1..max_length`` tokens, a page-aligned decode prefix anywhere in ``[0, L]`` (0 for a release before decode-side
+    prefixes), its metadata buffer and a bootstrap room (small or past 2**31)."""
     check_int("max_length", max_length)
     check_int("max_page_size", max_page_size, minimum=1)
     return _bootstrap_cases(max_length=max_length, max_page_size=max_page_size)
@@ -49,8 +49,8 @@ def bootstrap_cases(*, max_length: int = 96, max_page_size: int = 16) -> st.Sear
 @st.composite
 def _bootstrap_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> BootstrapCase:
     c = Choices(draw)
-    ps = c.pick(page_size_list(max_page_size))
-    n = c.integer(0, max_length)
+    ps = c.pick(page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1  # pages came with #5561
+    n = c.integer(1, max(1, max_length))  # SGLang refuses an empty prompt
     room = c.integer(0, 64) if not c.boolean() else c.integer(2**31, 2**40)
     prefix = c.integer(0, n // ps) * ps if DOMAIN.decode_prefix else 0  # decode-side prefixes came in 0.5.11
     return BootstrapCase(ps, n, prefix, c.integer(0, 2**31 - 1), room)

@@ -68,6 +68,11 @@ FROM_STATE_PAYLOADS = Contract(
     "0.5.3.post3",
 )
 
+# When the KV sender began to place each send and flag the last itself (before, prefill's send loop passed both):
+FROM_SENDER_TRACKS = Contract(
+    "the KV sender tracks its destination offset and last flag (#6019), first in sglang 0.4.6.post5", "0.4.6.post5"
+)
+
 # When the metadata wire gained each field it now carries:
 FROM_STATE_LISTS = Contract("the wire carries one state list per state type (#24932), first in sglang 0.5.12", "0.5.12")
 FROM_MOONCAKE_DECODE_PREFIX = Contract(
@@ -121,12 +126,15 @@ FROM_INT32_WIRE = Contract("decode's page list goes over the wire as int32 (#721
 FROM_HOST_TENSOR_INDICES = Contract("a KV sender that takes host tensor indices (Mooncake), first in sglang 0.5.23",
                                     "0.5.23")  # fmt: skip
 FROM_REQUEST_ROW_STATE = Contract("the REQUEST_ROW state type, first in sglang 0.5.23", "0.5.23")
+FROM_PAGED_TRANSFER = Contract("PD transfer of pages, page size > 1 (#5561), first in sglang 0.4.5.post2",
+                               "0.4.5.post2")  # fmt: skip
 FROM_TRANSLATED_IDS = Contract(
     "PD over unified-memory pools: int64 ids translated for the transfer (#33362), first in sglang 0.5.18", "0.5.18"
 )
 DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
+    "paged_transfer": FROM_PAGED_TRANSFER,
     "translated_ids": FROM_TRANSLATED_IDS,
     "state_payloads": FROM_STATE_PAYLOADS,
     "int32_wire": FROM_INT32_WIRE,

@@ -13,7 +13,7 @@ from hypothesis import example
 
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
-from pdverify.properties.releases import DECODE_PREFIXES, DOMAIN, FROM_STATE_PAYLOADS
+from pdverify.properties.releases import DECODE_PREFIXES, DOMAIN, FROM_SENDER_TRACKS, FROM_STATE_PAYLOADS
 from pdverify.strategies.sender import bootstrap_cases, sender_cases
 from pdverify.targets import Target
 
@@ -25,8 +25,10 @@ from pdverify.targets import Target
     "the KV sender places each send at dst[curr, curr + n), flags the send that reaches its initialised count last "
     "(that one only) and forwards aux and the state lists with it only",
     clauses=(
-        Clause("placement", title="each send's pages at dst[curr, curr + n)"),
-        Clause("last_flag", title="the send that reaches the initialised count is the last, that one only"),
+        Clause("placement", FROM_SENDER_TRACKS, "each send's pages at dst[curr, curr + n)"),
+        Clause(
+            "last_flag", FROM_SENDER_TRACKS, "the send that reaches the initialised count is the last, that one only"
+        ),
         Clause("aux", title="aux goes with the last send only"),
         Clause("state_lists", FROM_STATE_PAYLOADS, "the state lists go with the last send only"),
     ),
@@ -75,6 +77,7 @@ def test_k1_sender_gates_the_last_transfer(target: Target, device: str, case: Se
 )
 def test_k2_bootstrap_finalisation(target: Target, device: str, case: BootstrapCase) -> None:
     within_domain(DOMAIN.decode_prefix or case.decode_prefix == 0, "a decode-side prefix (D > 0)")
+    within_domain(DOMAIN.has("paged_transfer") or case.page_size == 1, "a page size above 1 (paged transfer)")
     trace: BootstrapTrace = target.require("bootstrap")(case, device)
     pages = -(-(case.length - case.decode_prefix) // case.page_size)
     if applies("finalized"):

@@ -613,7 +613,10 @@ def _parameters(fn: Any, name: str) -> Any:
 def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
     """SGLang's own KV sender on its own (``_common_sender``): ``init`` with the case's count and aux, then every
     send with the state lists where ``send`` takes them (0.5.3.post3 on) and the send's token count where it takes
-    one (0.5.17 on); the real sender decides what goes with which transfer."""
+    one (0.5.17 on); the real sender decides what goes with which transfer. To 0.4.6.post4 ``send`` takes the
+    destination slice and last flag from its caller (prefill's send loop): each send is given the slice after the
+    pages before it and the last flag on the final send, and K1's placement and last-flag clauses, the caller's
+    there, do not apply (``FROM_SENDER_TRACKS``)."""
     room = 4242
     manager = _Manager(None, room, _prepare_state(_common_manager()))
     sender = _common_sender(manager, room)
@@ -629,9 +632,13 @@ def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: n
     else:
         stateful = ()
     counted = "num_kv_tokens" in params  # 0.5.17 on (#32837)
-    for pages in case.sends:
+    told = "index_slice" in params  # to 0.4.6.post4: the caller passes each send's slice and last flag (#6019)
+    at = 0
+    for k, pages in enumerate(case.sends):
         tokens = {"num_kv_tokens": len(pages)} if counted else {}
-        sender.send(np.array(pages, dtype=np.int32), *stateful, **tokens)
+        placed = (slice(at, at + len(pages)), k == len(case.sends) - 1) if told else ()
+        sender.send(np.array(pages, dtype=np.int32), *placed, *stateful, **tokens)
+        at += len(pages)
     return SenderTrace(manager.transfers)
 
 

@@ -14,14 +14,16 @@ Releases moved and renamed the units under test (read from the released wheels, 
   before, whose requests carry every era's names, consistent with one another).
 * The function-level sender units (``send_kv_chunk``, ``decode_page_indices``: P9-P14, M1) are one call of the
   release's ``_send_kv_chunk`` with its real KV sender (``CommonKVSender``; Mooncake's on 0.5.21 and 0.5.22, whose
-  ``CommonKVSender.send`` is a placeholder the transports override) and its ``_transfer_page_indices``, from 0.5.21.
+  ``CommonKVSender.send`` is a placeholder the transports override) and its ``_transfer_page_indices``, from 0.5.21;
+  from 0.4.5.post2 to 0.5.20, where the same steps are inline, one call of its ``send_kv_chunk`` and one pass of its
+  ``pop_preallocated`` (``sglang_inline_units``).
 * The scheduler-level units (``prefill_exchange``, ``kv_sender``, ``bootstrap``, ``decode_prealloc``,
   ``decode_queue``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against the
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
   ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.21 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
-  from 0.4.6.post5 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post2
+  from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
 
@@ -53,19 +55,22 @@ KV_TRANSPORT_FROM = "0.4.5.post1"
 """The first release with a KV transport (Mooncake's, ``disaggregation/mooncake/conn.py``): 0.4.4.post2-0.4.5 ship only
 ``disaggregation/conn.py``'s placeholder ``KVSender`` / ``KVReceiver``, which move nothing and carry no metadata, so
 those releases have no KV sender (K1) and no metadata wire (W2) to check: no such code."""
-TRANSPORT_UNITS = ("kv_sender", "wire_roundtrip", "send_kv_chunk", "decode_page_indices")
-KV_SENDER_DRIVER_FROM = "0.4.6.post5"
-"""The first release the ``kv_sender`` driver runs on: from 0.4.6.post5 (#6019) the KV sender tracks its own
-destination offset and last flag (``send(kv_indices)``; before, the caller passed ``index_slice`` and ``is_last``).
-The driver builds each later form: Mooncake's sender where ``CommonKVSender`` is absent, abstract or its ``send`` a
-placeholder (to 0.5.22), TP and PP ranks where the constructor takes them (0.4.8-0.5.21), the state lists where
-``send`` takes them (0.5.3.post3 on: K1's state clause), ``num_kv_tokens`` where it takes that (0.5.17 on, #32837),
-the DP width where the release reads it (``sglang_prefill._dp_width``)."""
-BOOTSTRAP_DRIVER_FROM = "0.4.5.post2"
-"""The first release the ``bootstrap`` driver runs on (K2): from 0.4.5.post2 (#5561, paged transfer) prefill
-initialises the sender with a page count; before, with a token count (page size 1 only), and 0.4.4.post2-0.4.5 have
-only a placeholder sender. The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and,
-before, ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
+TRANSPORT_UNITS = ("kv_sender", "bootstrap", "wire_roundtrip", "send_kv_chunk", "decode_page_indices")
+KV_SENDER_DRIVER_FROM = "0.4.5.post1"
+"""The first release the ``kv_sender`` driver runs on: the first with a KV transport (``KV_TRANSPORT_FROM``). To
+0.4.6.post4 prefill's send loop passes the sender each send's destination slice and last flag (``send(kv_indices,
+index_slice, is_last)``), and the sender forwards them with aux on the last; from 0.4.6.post5 (#6019) the sender
+tracks both itself (K1's placement and last-flag clauses, ``FROM_SENDER_TRACKS``). The driver builds each form:
+Mooncake's sender where ``CommonKVSender`` is absent, abstract or its ``send`` a placeholder (to 0.5.22), TP and PP
+ranks where the constructor takes them (0.4.8-0.5.21), the state lists where ``send`` takes them (0.5.3.post3 on:
+K1's state clause), ``num_kv_tokens`` where it takes that (0.5.17 on, #32837), the DP width where the release reads
+it (``sglang_prefill._dp_width``)."""
+BOOTSTRAP_DRIVER_FROM = "0.4.5.post1"
+"""The first release the ``bootstrap`` driver runs on (K2): the first with a KV transport (``KV_TRANSPORT_FROM``;
+before it the sender prefill initialises is a placeholder). 0.4.5.post1 initialises the sender with the prompt's token
+count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
+input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
+``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
 DECODE_QUEUE_DRIVER_FROM = "0.5.21"
 """The first release the ``pop_preallocated`` driver runs on: from 0.5.21 the queue has the form it is written
 against (``DecodePrefixMatch``, ``_send_kv_metadata`` / ``_transfer_page_indices``, ``_required_admission_tokens``,
@@ -76,12 +81,6 @@ EARLIER_FORM = {
     "prefill_exchange": "0.5.21 and earlier have no DeferredBootstrap (common/bootstrap.py) and their requests "
     "spell the chunk end extend_range.end and the prefix prefix_indices; 0.5.20 and earlier have no _send_kv_chunk "
     "(one send_kv_chunk, no checksum, no transfer limit); a driver for those forms is not written yet",
-    "kv_sender": "before 0.4.6.post5 prefill's send loop passes the sender each send's destination slice and last "
-    "flag (send(kv_indices, index_slice, is_last)): K1's placement and last-flag rules are the caller's there, not "
-    "the sender's; a driver for that form is not written yet",
-    "bootstrap": "before 0.4.5.post2 (#5561, paged transfer) prefill initialises the sender with a token count, not "
-    "pages (page size 1 only), and 0.4.4.post2-0.4.5 have only a placeholder sender; a driver for that form is not "
-    "written yet",
     "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
     "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
     "not written yet",
