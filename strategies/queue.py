@@ -30,10 +30,13 @@ def decode_queues(
     (either order, priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base
     model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
     requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
-    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them; host
-    receive off or on (host pages for the prompts and the reserve less a shortfall, or in a quarter of the passes
-    with a reserve one page short of the first host-bound prompt plus its reserve). Shortfalls shrink to none: the
-    simplest pass admits every live bootstrapped request."""
+    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in
+    half the passes of the device path without the radix cache (page size > 1), exactly the first requests' raw
+    lengths and headroom, with running requests covering the output room; host receive off or on (host pages for
+    the prompts and the reserve less a shortfall, or in a quarter of the passes with a reserve one page short of the
+    first host-bound prompt plus its reserve). Within the bound release's input domain: no radix cache before 0.5.11,
+    no rebootstrap before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink
+    to none: the simplest pass admits every live bootstrapped request."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -63,12 +66,12 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
     complete = policy == "prefill_complete"
-    radix = not complete and c.boolean()
+    radix = not complete and c.boolean() and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
     # drowned by a rarity in one of its k requests
-    aborts, waits, rebootstraps = c.boolean(), c.boolean(), c.boolean()
+    aborts, waits, rebootstraps = c.boolean(), c.boolean(), c.boolean() and DOMAIN.rebootstrap  # 0.5.16 on
     requests = []
     for _ in range(k):
         aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
@@ -109,7 +112,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         radix=radix,
         staging=not complete and c.boolean(),
         allocation_policy=policy,
-        **({} if complete else _host_receive(c, requests, ps, radix)),
+        # host receive came in 0.5.21 (#40238): a release before it never draws it
+        **({} if complete or not DOMAIN.has("host_receive") else _host_receive(c, requests, ps, radix)),
     )
     if case.host_threshold < 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
         # a boundary: exactly the rows the device-bound requests need, so a host-received request that took a row
@@ -119,6 +123,17 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         case = _host_short_of_reserve(c, case)
     if ps > 1 and case.host_threshold == 1.0 and c.boolean():
         case = _with_swa_pool(c, case)
+    if ps > 1 and not case.radix and case.host_threshold == 1.0 and c.boolean():
+        # a boundary of the device path without the radix cache: a budget of exactly the first j requests' raw
+        # lengths and headroom - where charging a request by its tokens and allocating it whole pages part ways
+        # (T3) - with running requests whose retractable tokens cover every request's output room, so that the
+        # raw-length term of the admission test is the one that binds (without it the generator had reached T3 once
+        # in 116 examples, on one release's draws only)
+        j = c.integer(1, k)
+        raw = sum(case.requests[i].fill_len + case.reserved_decode_tokens for i in range(j))
+        room = max(r.max_new_tokens for r in case.requests)
+        running = case.running if case.retractable_tokens >= room else ((room, None), *case.running)[:2]
+        case = replace(case, token_budget=min(raw, case.token_budget), running=running)
     return case
 
 

@@ -202,6 +202,14 @@ class DecodeQueueCase:
                     "(SGLang's _validate_prefill_complete, arg_groups/pd_disaggregation_hook.py)"
                 )
 
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
+        decode-side prefixes (the radix cache), host receive."""
+        used = ["decode_prefixes"] if self.radix else []
+        if self.host_threshold < 1:
+            used.append("host_receive")
+        return tuple(used)
+
     def to_host(self, index: int) -> bool:
         """Whether request ``index`` takes the host receive path when the pass reaches it."""
         r = self.requests[index]

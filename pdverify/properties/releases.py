@@ -131,11 +131,15 @@ FROM_PAGED_TRANSFER = Contract("PD transfer of pages, page size > 1 (#5561), fir
 FROM_TRANSLATED_IDS = Contract(
     "PD over unified-memory pools: int64 ids translated for the transfer (#33362), first in sglang 0.5.18", "0.5.18"
 )
+FROM_HOST_RECEIVE = Contract(
+    "decode receives KV into host memory for custom transfer backends (#40238), first in sglang 0.5.21", "0.5.21"
+)
 DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
     "translated_ids": FROM_TRANSLATED_IDS,
+    "host_receive": FROM_HOST_RECEIVE,
     "state_payloads": FROM_STATE_PAYLOADS,
     "int32_wire": FROM_INT32_WIRE,
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,

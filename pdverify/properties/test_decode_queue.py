@@ -16,7 +16,8 @@ from hypothesis import example
 
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
 from pdverify.oracle.decode_queue import expected_pass
-from pdverify.properties.registry import examples, note_event, prop
+from pdverify.properties.registry import examples, note_event, prop, within_domain, within_release
+from pdverify.properties.releases import DOMAIN
 from pdverify.strategies.queue import decode_queues
 from pdverify.targets import Target
 
@@ -125,6 +126,9 @@ def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
 
 
 def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
+    within_release(case)  # an explicit example with a later release's input is outside an earlier one's domain
+    within_domain(DOMAIN.rebootstrap or not any(r.rebootstrap for r in case.requests), "a PD rebootstrap")
+    within_domain(DOMAIN.allocation_policy or case.allocation_policy == "early", "an allocation policy")
     trace: QueueTrace = target.require("decode_queue")(case, device)
     _events(case, trace)
     return trace

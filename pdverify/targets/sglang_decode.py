@@ -548,7 +548,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         got, buffer = sent[d.req.rid]
         i = index(d.req.rid)
         pages, dtype = int_tuple(got), str(np.asarray(got).dtype)
-        if d.host_staged:  # received into host memory: its host slots, no request row
+        if getattr(d, "host_staged", False):  # received into host memory (0.5.21 on): its host slots, no row
             host_slots = int_tuple(d.req.kv.retraction_backup.host_indices)
             admissions.append(Admission(i, pages, dtype, int(buffer), -1, host_slots, (), True))
             continue

@@ -22,7 +22,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.21 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.20 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -71,12 +71,14 @@ before it the sender prefill initialises is a placeholder). 0.4.5.post1 initiali
 count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
 input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
 ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
-DECODE_QUEUE_DRIVER_FROM = "0.5.21"
-"""The first release the ``pop_preallocated`` driver runs on: from 0.5.21 the queue has the form it is written
-against (``DecodePrefixMatch``, ``_send_kv_metadata`` / ``_transfer_page_indices``, ``_required_admission_tokens``,
-the host receive path; 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too). Before 0.5.22
-the paged allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on
-CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
+DECODE_QUEUE_DRIVER_FROM = "0.5.20"
+"""The first release the ``pop_preallocated`` driver runs on: the queue has the form it is written against from
+0.5.20 (``DecodePrefixMatch``, the flags read through ``get_disagg()``, ``req.kv`` bookkeeping, lock receipts), with
+the destination list and admission inline in 0.5.20 (``_send_kv_metadata`` / ``_transfer_page_indices`` and
+``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21 (#40238: the ``host_receive`` input
+feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too. Before 0.5.22 the paged
+allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU,
+held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.21 and earlier have no DeferredBootstrap (common/bootstrap.py) and their requests "
     "spell the chunk end extend_range.end and the prefix prefix_indices; 0.5.20 and earlier have no _send_kv_chunk "
@@ -89,9 +91,11 @@ EARLIER_FORM = {
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.5.20 and earlier build the destination list inline (no _send_kv_metadata / "
-    "_transfer_page_indices), admit inline (no _required_admission_tokens / _prealloc_reservation_fits) and have no "
-    "host receive path; a driver for that form is not written yet",
+    "decode_queue": "0.5.19 and earlier read the flags from the scheduler's server_args, release a matched prefix "
+    "through DecLockRefParams (swa_uuid_for_lock; before 0.5.18 the radix tree's evict, not evict_for_alloc), keep "
+    "the request's KV bookkeeping on the request (no req.kv: req_pool_idx, kv_committed_len, set_extend_input_len) "
+    "and before 0.5.16 have no rebootstrap, before 0.5.13 no DecodePrefixMatch (decode_hicache_mixin); a driver for "
+    "those forms is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
