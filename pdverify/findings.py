@@ -44,13 +44,29 @@ class KnownDefect:
 
     also: tuple[str, ...] = ()
     """Further properties the same defect fails (one cause, several observations; each has its triage row)."""
+    explains_also: Callable[[Mapping[str, Any], str], bool] | None = None
+    """How the further properties' messages are this defect's (their assertions differ from ``property``'s)."""
+    narrower: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``(property, releases)``: a further property that observes the defect on fewer of its releases - where its
+    generator reaches the defect in the matrix's run (each pair has its triage row)."""
 
     def properties(self) -> tuple[str, ...]:
         """Every property that observes this defect."""
         return (self.property, *self.also)
 
-    def recorded_for(self, target: Any) -> bool:
-        return getattr(target, "package", None) == self.package and getattr(target, "release", None) in self.releases
+    def releases_for(self, property_id: str) -> tuple[str, ...]:
+        """The releases on which ``property_id`` observes this defect."""
+        return dict(self.narrower).get(property_id, self.releases)
+
+    def explanation(self, property_id: str) -> Callable[[Mapping[str, Any], str], bool]:
+        """How ``property_id``'s failure message is this defect's."""
+        if property_id != self.property and self.explains_also is not None:
+            return self.explains_also
+        return self.explains
+
+    def recorded_for(self, target: Any, property_id: str | None = None) -> bool:
+        releases = self.releases if property_id is None else self.releases_for(property_id)
+        return getattr(target, "package", None) == self.package and getattr(target, "release", None) in releases
 
 
 _TRIPLE = re.compile(r"\((\d+), (-?\d+), (None|-?\d+)\)")
@@ -155,6 +171,90 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     the last admitted request's rounding up to whole pages can take the pass past it."""
     q4 = re.match(r"(\d+) tokens allocated, the budget was (\d+)$", message.splitlines()[0] if message else "")
     return q4 is not None and 0 < int(q4.group(1)) - int(q4.group(2)) < kwargs["case"].page_size
+
+
+def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q2's or Q3's message when the pass admitted, past where the contract stops, the next request the pass looks
+    at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not."""
+    from pdverify.oracle.decode_queue import expected_pass
+
+    case = kwargs["case"]
+    want = expected_pass(case)
+    message = _own_message(message)
+    q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
+    q3 = re.match(r"queue after the pass ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
+
+    def names(text: str) -> list[int]:
+        return [] if text == "none" else [int(n) for n in re.findall(r"#(\d+)", text)]
+
+    if q2 is not None and names(q2.group(2)) == want.admitted:
+        got = names(q2.group(1))
+        extra = got[len(want.admitted) :] if got[: len(want.admitted)] == want.admitted else []
+    elif q3 is not None and names(q3.group(2)) == want.remaining:
+        got = names(q3.group(1))
+        extra = [i for i in want.remaining if i not in got]
+        if [i for i in want.remaining if i in got] != got:
+            return False
+    else:
+        return False
+    if not extra:
+        return False
+    ps, r = case.page_size, case.requests[extra[0]]
+    left = case.token_budget - sum(-(-case.requests[i].fill_len // ps) * ps for i in want.admitted)
+    raw, pages = r.fill_len + case.reserved_decode_tokens, -(-r.fill_len // ps) * ps + case.reserved_decode_tokens
+    return bool(raw <= left < pages)
+
+
+def _t9_exchange(pair: Any) -> Any:
+    """The exchange 0.4.5.post2 performs for ``pair`` (no decode prefix): each chunk ``[start, end)`` sent as it
+    ends (no partial page deferred, an empty one too), its pages strided from the chunk's own start, placed at the
+    token offset ``start`` in decode's page list; decode registers the pages of ``[0, L)``."""
+    import numpy as np
+
+    from pdverify.production.transfer import KvChunk, PrefillSendState
+    from pdverify.properties.test_transfer import Exchange
+
+    ps, n = pair.page_size, pair.length
+    locs = list(pair.prefill.locations)
+    state = PrefillSendState(1, n, 0, -(-n // ps), 0)
+    states, sends = [state], []
+    for k, end in enumerate(pair.chunk_ends):
+        start, stop = state.start_send_idx, min(end, n)
+        pages = np.asarray([loc // ps for loc in locs[start:stop][::ps]], dtype=np.int32)
+        sends.append((k, KvChunk(pages, start, start, stop, k == len(pair.chunk_ends) - 1)))
+        state = PrefillSendState(1, n, 0, state.num_pages, stop, state.curr_idx + len(pages))
+        states.append(state)
+    decode = np.asarray([loc // ps for loc in list(pair.decode.locations)[:n][::ps]], dtype=np.int64)
+    return Exchange(state.num_pages, sends, states, decode, locs, list(pair.decode.locations))
+
+
+def _t9_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A chunked prompt (more than one chunk) at a page size above 1: with one chunk, or pages of one token, token
+    and page offsets agree."""
+    pair = kwargs.get("pair")
+    return pair is not None and pair.page_size > 1 and len(pair.chunk_ends) > 1
+
+
+def _t9_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P10's, P11's or P12's message is the one the property's own check gives 0.4.5.post2's exchange
+    (``_t9_exchange``)."""
+    from pdverify.properties import test_transfer
+
+    pair = kwargs["pair"]
+    model = _t9_exchange(pair)
+    for check in (test_transfer.check_concatenation, test_transfer.check_pairing, test_transfer.check_boundaries):
+        try:
+            check(model, pair)
+        except AssertionError as exc:
+            if _own_message(str(exc)) == _own_message(message):
+                return True
+    return False
+
+
+def _own_message(text: str) -> str:
+    """An assertion's own message, without the explanation pytest's assertion rewriting appends (``\nassert ...``,
+    whose ``+ where`` lines name objects by address)."""
+    return text.split("\nassert ")[0]
 
 
 def _t4_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -320,11 +420,25 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            ("0.5.21",),
+            ("0.5.20", "0.5.21"),
             "decode's pre-allocation admits a request (radix cache off) against the token budget by its fill length, "
             "while the allocator takes whole pages: a pass allocates past the budget (fixed in 0.5.22)",
             _t3_shows,
             _t3_explains,
+            also=("Q3", "Q2"),
+            explains_also=_t3_overadmits,
+            narrower=(("Q2", ("0.5.20",)),),
+        ),
+        KnownDefect(
+            "T9",
+            "P10",
+            "sglang",
+            ("0.4.5.post2",),
+            "the first paged PD transfer sends each chunk with its token slice as the destination in decode's page "
+            "list and does not defer a non-last chunk's partial page (fixed in 0.4.5.post3, upstream #5589)",
+            _t9_shows,
+            _t9_explains,
+            also=("P11", "P12"),
         ),
         KnownDefect(
             "T5",
@@ -392,4 +506,4 @@ KNOWN: dict[str, KnownDefect] = {
 
 def recorded(property_id: str, target: Any) -> list[KnownDefect]:
     """The known defects of ``property_id`` recorded for ``target``'s release (none for a target that is not one)."""
-    return [d for d in KNOWN.values() if property_id in d.properties() and d.recorded_for(target)]
+    return [d for d in KNOWN.values() if property_id in d.properties() and d.recorded_for(target, property_id)]

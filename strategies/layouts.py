@@ -126,9 +126,9 @@ def chunk_schedules(
     *,
     max_chunks: int = 8,
 ) -> st.SearchStrategy[list[int]]:
-    """Where prefill's chunks end: a non-decreasing list of 1..``max_chunks`` ends whose last element is
-    ``length`` (the last chunk) and whose other ends fall anywhere in ``0..length - 1``, mid-page included
-    (a chunk that reaches the end of the prompt *is* the last chunk)."""
+    """Where prefill's chunks end: an increasing list of 1..``max_chunks`` ends whose last element is ``length``
+    (the last chunk) and whose other ends fall anywhere in ``1..length - 1``, mid-page included (a chunk computes a
+    token at least; a chunk that reaches the end of the prompt *is* the last chunk)."""
     check_int("length", length)
     check_int("max_chunks", max_chunks, minimum=1)
     return _chunk_schedules(length=length, max_chunks=max_chunks)
@@ -141,8 +141,8 @@ def _chunk_schedules(draw: st.DrawFn, length: int, *, max_chunks: int = 8) -> li
 
 def draw_chunk_ends(c: Choices, length: int, *, max_chunks: int = 8) -> list[int]:
     """``chunk_schedules``' example, drawn from ``c``: how many inner ends (shrinks to none: one chunk), then
-    each end."""
-    inner = [c.integer(0, length - 1) for _ in range(c.integer(0, max_chunks - 1 if length else 0))]
+    each end; every chunk computes a token at least (ends strictly increase from 1)."""
+    inner = {c.integer(1, length - 1) for _ in range(c.integer(0, max_chunks - 1 if length > 1 else 0))}
     return [*sorted(inner), length]
 
 

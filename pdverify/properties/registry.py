@@ -359,7 +359,7 @@ def prop(
                     raise  # a rejected input (outside the release's domain), not a failure
                 except BaseException as exc:
                     if isinstance(exc, AssertionError):
-                        defect = next((d for d in known if d.explains(kwargs, str(exc))), None)
+                        defect = next((d for d in known if d.explanation(id)(kwargs, str(exc))), None)
                         if defect is not None:
                             EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
                             clause = EXAMPLES.current_clause

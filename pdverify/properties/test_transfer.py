@@ -99,7 +99,11 @@ def test_p9_count(target: Target, device: str, pair: PDPair) -> None:
 )
 def test_p10_concatenation(target: Target, device: str, pair: PDPair) -> None:
     _events(pair)
-    ex = run_exchange(target, pair, device)
+    check_concatenation(run_exchange(target, pair, device), pair)
+
+
+def check_concatenation(ex: Exchange, pair: PDPair) -> None:
+    """P10's assertions on one exchange (``pdverify.findings`` holds a known defect's model to them too)."""
     expected = oracle.prefill_sends(ex.prefill_locs, pair.prefix_len, pair.length, pair.page_size, pair.chunk_ends)
     got = [(c.start, c.end, c.pages.tolist(), c.dst_offset, c.is_last) for _, c in ex.sends]
     want = [(s.start, s.end, s.pages, s.dst_offset, s.is_last) for s in expected]
@@ -118,7 +122,11 @@ def test_p10_concatenation(target: Target, device: str, pair: PDPair) -> None:
 )
 def test_p11_positional_pairing(target: Target, device: str, pair: PDPair) -> None:
     _events(pair)
-    ex = run_exchange(target, pair, device)
+    check_pairing(run_exchange(target, pair, device), pair)
+
+
+def check_pairing(ex: Exchange, pair: PDPair) -> None:
+    """P11's assertions on one exchange."""
     ps, first = pair.page_size, pair.prefix_len // pair.page_size
     logical_p = {loc // ps: i // ps for i, loc in enumerate(ex.prefill_locs)}
     logical_d = {loc // ps: i // ps for i, loc in enumerate(ex.decode_locs)}
@@ -150,7 +158,11 @@ def test_p11_positional_pairing(target: Target, device: str, pair: PDPair) -> No
 )
 def test_p12_chunk_boundaries(target: Target, device: str, pair: PDPair) -> None:
     _events(pair)
-    ex = run_exchange(target, pair, device)
+    check_boundaries(run_exchange(target, pair, device), pair)
+
+
+def check_boundaries(ex: Exchange, pair: PDPair) -> None:
+    """P12's assertions on one exchange."""
     ps = pair.page_size
     starts = [s.start_send_idx for s in ex.states]
     assert starts[0] == pair.prefix_len
