@@ -32,6 +32,7 @@ from unittest import mock
 import torch
 
 from pdverify.production.transfer import KvChunk, PrefillSendState
+from pdverify.targets.sglang_decode import _queue_base
 from pdverify.targets.sglang_prefill import _common_manager, _common_sender, _duck_scheduler, _Manager, _prepare_state
 
 ROOM = 4242
@@ -135,20 +136,8 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     )  # fmt: skip
     table = req_to_token
 
-    class Queue(decode.DecodePreallocQueue):  # type: ignore[misc, unused-ignore]
-        def __init__(self) -> None:
-            pass
-
-        def _resolve_pending_reqs(self) -> None:
-            pass
-
-        def _update_handshake_waiters(self, *args: Any) -> None:
-            pass
-
-        def _allocatable_tokens(self, *args: Any, **kw: Any) -> int:
-            return 10**9
-
-        def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
+    class Queue(_queue_base()):  # type: ignore[misc]
+        def _allocatable_tokens(self, *args: Any, **kw: Any) -> int:  # the budget's name to 0.5.10
             return 10**9
 
         def _hicache_pending_restore_tokens(self, *args: Any, **kw: Any) -> int:
@@ -183,13 +172,6 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     server_args = SimpleNamespace(disaggregation_decode_enable_radix_cache=radix, page_size=page_size)
     queue: Any = Queue()
     queue.queue = [_decode_request(decode, req, Receiver())]
-    queue.pp_size = 1
-    queue.pending_reqs, queue.retracted_queue = [], []
-    queue.num_reserved_decode_tokens, queue._num_published_destinations = 0, 0
-    queue.draft_token_to_kv_pool = None
-    queue.transfer_backend = None
-    queue.transfer_queue = SimpleNamespace(enable_staging=False, queue=[])
-    queue.tree_cache = SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
     queue.req_to_token_pool = SimpleNamespace(req_to_token=table, available_size=lambda: 1)
     queue.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: 0)
     queue.token_to_kv_pool = SimpleNamespace(page_size=page_size)
