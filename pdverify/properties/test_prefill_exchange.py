@@ -402,19 +402,21 @@ def test_w1_wire(target: Target, device: str, pair: PDPair, state: list[list[int
     if not len(pages):
         note_event("empty page list (full decode hit)")
     sent = [int(p) for p in np.asarray(pages)]
+    _check_wire(got, sent, DOMAIN.wire_page_dtype, aux, state, pair.prefix_len)
+
+
+def _check_wire(got: WireMessage, pages: list[int], dtype: str, aux: int, state: list[list[int]], prefix: int) -> None:
+    """W1's and W2's clauses: what the receiver parsed back is what decode sent, in the wire's ``dtype``."""
     if applies("pages"):
-        wire = DOMAIN.wire_page_dtype  # what the release's receiver parses
         assert not got.is_dummy, "a real destination was read as a dummy rank"
-        assert list(got.pages) == sent and got.dtype == wire, (
-            f"pages {sent} came back as {list(got.pages)} ({got.dtype}), the wire carries {wire}"
+        assert list(got.pages) == pages and got.dtype == dtype, (
+            f"pages {pages} ({dtype}) came back as {list(got.pages)} ({got.dtype})"
         )
         assert got.aux_index == aux, f"aux {aux} came back as {got.aux_index}"
     if applies("state_lists"):
         assert [list(s) for s in got.state] == state, f"state {state} came back as {[list(s) for s in got.state]}"
     if applies("decode_prefix"):
-        assert got.decode_prefix_len == pair.prefix_len, (
-            f"decode_prefix_len {pair.prefix_len} came back as {got.decode_prefix_len}"
-        )
+        assert got.decode_prefix_len == prefix, f"decode_prefix_len {prefix} came back as {got.decode_prefix_len}"
 
 
 @example(pages=[5, 2, 9], state=[[9], []], aux=42, prefix=0)
@@ -439,13 +441,4 @@ def test_w2_wire_alone(target: Target, device: str, pages: list[int], state: lis
     within_domain(DOMAIN.decode_prefix or not prefix, "a decode prefix")
     dtype = DOMAIN.wire_page_dtype  # what the release's decode sends
     got: WireMessage = target.require("wire_roundtrip")(np.array(pages, dtype=dtype), aux, state, prefix)
-    if applies("pages"):
-        assert not got.is_dummy, "a real destination was read as a dummy rank"
-        assert list(got.pages) == pages and got.dtype == dtype, (
-            f"pages {pages} ({dtype}) came back as {list(got.pages)} ({got.dtype})"
-        )
-        assert got.aux_index == aux, f"aux {aux} came back as {got.aux_index}"
-    if applies("state_lists"):
-        assert [list(s) for s in got.state] == state, f"state {state} came back as {[list(s) for s in got.state]}"
-    if applies("decode_prefix"):
-        assert got.decode_prefix_len == prefix, f"decode_prefix_len {prefix} came back as {got.decode_prefix_len}"
+    _check_wire(got, pages, dtype, aux, state, prefix)
