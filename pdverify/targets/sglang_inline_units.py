@@ -26,14 +26,22 @@ import contextlib
 import inspect
 from dataclasses import fields, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import torch
 
 from pdverify.production.transfer import KvChunk, PrefillSendState
 from pdverify.targets.sglang_decode import _queue_base
-from pdverify.targets.sglang_prefill import _common_manager, _common_sender, _duck_scheduler, _Manager, _prepare_state
+from pdverify.targets.sglang_prefill import (
+    _common_manager,
+    _common_sender,
+    _duck_scheduler,
+    _Manager,
+    _prepare_state,
+    prefix_sender_is_nixl,
+    release_with_prefix,
+)
 
 ROOM = 4242
 
@@ -44,25 +52,20 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
     """The function-level ``send_kv_chunk`` unit on a release's own ``send_kv_chunk`` (0.4.5.post2-0.5.20)."""
     from sglang.srt.disaggregation import prefill
 
-    from pdverify.properties.releases import FROM_MOONCAKE_DECODE_PREFIX
-    from pdverify.targets.sglang_release import installed_release
-
+    release = release_with_prefix("send_kv_chunk", state.decode_prefix_len)
     manager_class = _common_manager()
     manager = _Manager(None, ROOM, _prepare_state(manager_class) if manager_class is not None else None)
-    # 0.5.11's server accepts a decode prefix (the decode radix cache) with the NIXL backend only: its sender
-    nixl = state.decode_prefix_len > 0 and FROM_MOONCAKE_DECODE_PREFIX.not_applicable(installed_release()) is not None
-    sender = _common_sender(manager, ROOM, nixl=nixl)
+    sender = _common_sender(manager, ROOM, nixl=prefix_sender_is_nixl(state.decode_prefix_len, release))
     sender.init(state.num_pages, 0)
     tracks = hasattr(sender, "curr_idx")  # 0.4.6.post5 on: the sender places each send itself
     if tracks:
         sender.curr_idx = state.curr_idx
-    stored: list[Any] = []
     sched = _duck_scheduler(
         prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
         ring_size=1, set_buf=[],
     )  # fmt: skip
-    # the last chunk's output token goes to the metadata buffer through the queue (to 0.4.6.post4)
-    sched.disagg_prefill_bootstrap_queue.store_prefill_results = lambda index, token: stored.append(token)
+    # the last chunk's output token goes to the metadata buffer through the queue (to 0.4.6.post4): not under test
+    sched.disagg_prefill_bootstrap_queue.store_prefill_results = lambda index, token: None
     sched.disagg_prefill_pending_queue = sched.disagg_prefill_bootstrap_queue  # its name in 0.4.5.post2-post3
     req: Any = SimpleNamespace(
         rid="r0", bootstrap_room=ROOM, origin_input_ids=[0] * state.origin_len, fill_ids=[0] * extend_end,
@@ -86,13 +89,6 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
     return KvChunk(pages, index_slice.start, state.start_send_idx, req.start_send_idx, is_last), new_state
 
 
-def _decode_request(decode: Any, req: Any, receiver: Any) -> Any:
-    """The release's ``DecodeRequest`` for ``req``, waiting for its destinations (the handshake is done)."""
-    names = {f.name for f in fields(decode.DecodeRequest)}
-    given = {"req": req, "kv_receiver": receiver, "waiting_for_input": True}
-    return decode.DecodeRequest(**{k: v for k, v in given.items() if k in names})
-
-
 def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     req_to_token: torch.Tensor, req_pool_idx: int, decode_prefix_len: int, origin_input_len: int, page_size: int
 ) -> Any:
@@ -101,15 +97,7 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     whose decode prefix is ``decode_prefix_len``."""
     from sglang.srt.disaggregation import decode
 
-    from pdverify.properties.releases import DECODE_PREFIXES
-    from pdverify.targets.sglang_release import installed_release
-
-    release = installed_release()
-    if decode_prefix_len and DECODE_PREFIXES.not_applicable(release) is not None:
-        raise ValueError(
-            f"decode_page_indices: sglang {release} has no decode-side prefixes (they came in 0.5.11); "
-            f"decode_prefix_len={decode_prefix_len} is outside its input domain"
-        )
+    release_with_prefix("decode_page_indices", decode_prefix_len)
     D, L = decode_prefix_len, origin_input_len
     radix = D > 0
     received: list[Any] = []
@@ -171,7 +159,8 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
 
     server_args = SimpleNamespace(disaggregation_decode_enable_radix_cache=radix, page_size=page_size)
     queue: Any = Queue()
-    queue.queue = [_decode_request(decode, req, Receiver())]
+    # the handshake is done: the request waits for its destinations
+    queue.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     queue.req_to_token_pool = SimpleNamespace(req_to_token=table, available_size=lambda: 1)
     queue.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: 0)
     queue.token_to_kv_pool = SimpleNamespace(page_size=page_size)

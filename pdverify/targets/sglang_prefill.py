@@ -610,6 +610,29 @@ def _parameters(fn: Any, name: str) -> Any:
     return parameters
 
 
+def release_with_prefix(unit: str, decode_prefix: int) -> str:
+    """The installed release, refusing a decode prefix where it has none (decode-side prefixes came in 0.5.11)."""
+    from pdverify.properties.releases import DECODE_PREFIXES
+    from pdverify.targets.sglang_release import installed_release
+
+    release = installed_release()
+    if decode_prefix and DECODE_PREFIXES.not_applicable(release) is not None:
+        raise ValueError(
+            f"{unit}: sglang {release} has no decode-side prefixes (they came in 0.5.11); "
+            f"decode_prefix={decode_prefix} is outside its input domain"
+        )
+    return release
+
+
+def prefix_sender_is_nixl(decode_prefix: int, release: str) -> bool:
+    """Whether a request with a decode prefix reaches NIXL's sender on ``release``: 0.5.11's server accepts
+    --disaggregation-decode-enable-radix-cache only with the NIXL backend (server_args.py _handle_pd_disaggregation);
+    Mooncake's carries a prefix from 0.5.12."""
+    from pdverify.properties.releases import FROM_MOONCAKE_DECODE_PREFIX
+
+    return decode_prefix > 0 and FROM_MOONCAKE_DECODE_PREFIX.not_applicable(release) is not None
+
+
 def sglang_kv_sender(case: SenderCase, device: str) -> SenderTrace:  # pragma: no cover - conformance venv
     """SGLang's own KV sender on its own (``_common_sender``): ``init`` with the case's count and aux, then every
     send with the state lists where ``send`` takes them (0.5.3.post3 on) and the send's token count where it takes
@@ -651,20 +674,12 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import KVPoll
 
-    from pdverify.properties.releases import DECODE_PREFIXES, FROM_MOONCAKE_DECODE_PREFIX
-    from pdverify.targets.sglang_release import installed_release
+    from pdverify.properties.releases import FROM_MOONCAKE_DECODE_PREFIX
 
-    release = installed_release()
-    if case.decode_prefix and DECODE_PREFIXES.not_applicable(release) is not None:
-        raise ValueError(
-            f"bootstrap: sglang {release} has no decode-side prefixes (they came in 0.5.11); "
-            f"decode_prefix={case.decode_prefix} is outside its input domain"
-        )
+    release = release_with_prefix("bootstrap", case.decode_prefix)
     manager = _Manager(None, case.room, _prepare_state(_common_manager()))
-    # 0.5.11's server accepts --disaggregation-decode-enable-radix-cache only with the NIXL backend (server_args.py
-    # _handle_pd_disaggregation): a decode prefix there reaches NIXL's sender; Mooncake's carries one from 0.5.12
     mooncake_carries = FROM_MOONCAKE_DECODE_PREFIX.not_applicable(release) is None
-    nixl = case.decode_prefix > 0 and not mooncake_carries
+    nixl = prefix_sender_is_nixl(case.decode_prefix, release)
     sender = _common_sender(manager, case.room, nixl=nixl)
     # decode registers its prefix for the room where the backend's wire carries one; nothing registers it otherwise
     manager.req_to_decode_prefix_len = {case.room: case.decode_prefix} if nixl or mooncake_carries else {}
