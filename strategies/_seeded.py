@@ -18,9 +18,10 @@ SMALL = 32
 """Up to this many values, Python's sampler is the cheaper one."""
 
 
-def distinct_sample(c: Choices, low: int, high: int, count: int) -> list[int]:
-    """``count`` distinct integers of ``low..high`` in a seeded order (seed 0: ``low, low + 1, ...``)."""
-    seed = c.seed()
+def distinct_sample(c: Choices, low: int, high: int, count: int, *, lean: bool = True) -> list[int]:
+    """``count`` distinct integers of ``low..high`` in a seeded order (seed 0: ``low, low + 1, ...``; under a
+    lean, with ``lean``, the simplest order is the lean's seeded one: fragmented)."""
+    seed = c.seed(lean=lean)
     if not seed:
         return list(range(low, low + count))
     if count <= SMALL:

@@ -14,7 +14,13 @@ from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
 from pdverify.strategies.fields import REGISTRY, draw_fields
-from pdverify.strategies.layouts import boundary_length, boundary_prefix, draw_chunk_ends, page_size_list
+from pdverify.strategies.layouts import (
+    boundary_length,
+    boundary_prefix,
+    draw_chunk_ends,
+    page_size_list,
+    pick_page_size,
+)
 
 MODES = ("plain", "dcp", "staging")
 
@@ -31,7 +37,8 @@ def prefill_cases(
     virtual-to-physical translation (a page table) or none, each page-strided state type on or off by its own coin
     (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding window and its ring, the
     request's row and its aux index; the KV checksum off or on (for a request or a health check); with an early send,
-    a HiCache host hit behind its device prefix or none."""
+    a HiCache host hit behind its device prefix or none. The first choice is a lean (``Choices.lean``): under one,
+    every option shrinks to on and the lengths to their page boundaries."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -40,12 +47,14 @@ def prefill_cases(
 
 @st.composite
 def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
-    return draw_prefill_case(Choices(draw), max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size)
+    c = Choices(draw)
+    c.lean()
+    return draw_prefill_case(c, max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size)
 
 
 def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
-    ps = c.pick(page_size_list(max_page_size))
+    ps = pick_page_size(c, page_size_list(max_page_size))
     # a prompt of at least one token: SGLang refuses empty input_ids (``GenerateReqInput``: "input_ids cannot be
     # empty", and the scheduler rejects a session request still empty after reconstruction)
     n = boundary_length(c, min(1, max_length), max_length, ps)
@@ -68,7 +77,7 @@ def draw_prefill_sends(
     count = pages_needed(n, ps)
     pages = distinct_sample(c, 1, count + 64, count)
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
-    mode = c.pick(MODES)
+    mode = c.pick(MODES, lean=c.leaning - 1)  # each lean its own mode
     early = _early_prefix(c, n, d, ps)
     window = shared.window if shared else c.integer(1, 40)
     case = PrefillCase(
@@ -79,19 +88,20 @@ def draw_prefill_sends(
         chunk_ends=ends,
         req_pool_idx=c.integer(0, 3),
         dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
-        chunked_prefill_size=c.integer(1, 4 * ps) if mode == "staging" else None,
+        chunked_prefill_size=c.integer(1, 4 * ps, lean=ps + 1) if mode == "staging" else None,
         early_prefix=early,
-        translation=draw_translation(c, pages, ps) if c.boolean() else None,
-        state_types=shared.state_types if shared else tuple(c.switches(DOMAIN.state_types(STATE_TYPES))),
-        host_tensor_indices=c.boolean() if DOMAIN.has("host_tensor_indices") else False,
-        overlap=c.boolean(),
+        translation=draw_translation(c, pages, ps) if c.boolean(lean=True) else None,
+        state_types=shared.state_types if shared else tuple(c.switches(DOMAIN.state_types(STATE_TYPES), lean=True)),
+        host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
+        overlap=c.boolean(lean=True),
         window=window,
         ring_size=shared.ring_size if shared else window + c.integer(0, 8),
         aux_index=shared.aux_index if shared else c.integer(0, 2**31 - 1),
     )
-    if shared is None and c.boolean():  # drawn last: earlier choices keep their meaning
+    if shared is None and c.boolean(lean=True):  # drawn last: earlier choices keep their meaning
         case = replace(case, kv_checksum=True, health_check=c.boolean())
-    if shared is None and early is not None and early + 1 < n and c.boolean():  # a host hit behind the device prefix
+    # a host hit behind the device prefix
+    if shared is None and early is not None and early + 1 < n and c.boolean(lean=True):
         case = replace(case, host_hit_length=c.integer(1, n - 1 - early))
     if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
         case = replace(case, extra=draw_fields(c))
@@ -103,10 +113,10 @@ def _early_prefix(c: Choices, n: int, d: int, ps: int) -> int | None:
     in ``(D, L)`` - the only kind the code sends early, and a uniform draw below ``L`` hits one about once in
     ``page_size`` (the generation-only measurement missed the overlap wait there) - otherwise any prefix below
     ``L`` (unaligned, or within decode's prefix: skipped by the code)."""
-    if not n or not c.boolean():
+    if not n or not c.boolean(lean=True):
         return None
     lo, hi = d // ps + 1, (n - 1) // ps
-    if lo <= hi and c.boolean():
+    if lo <= hi and c.boolean(lean=True):
         return c.integer(lo, hi) * ps
     return c.integer(0, n - 1)
 
@@ -128,7 +138,7 @@ def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int,
     ones or ones whose token ids lie past int32 (where a lost int64 shows in the values, not only the dtype);
     entry 0 and unused entries are the sink 0. Shrinks to the low identity-like table."""
     size = max(pages, default=0) + 1
-    low = 1 if not c.boolean() else 2**31 // page_size + 1
+    low = 1 if not c.boolean(lean=True) else 2**31 // page_size + 1
     physical = distinct_sample(c, low, low + size + 64, size)
     used = set(pages)
     return tuple(physical[v] if v in used else 0 for v in range(size))
@@ -159,24 +169,26 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 
 @st.composite
 def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> DecodeCase:
-    return draw_decode_case(Choices(draw), max_length=max_length, max_page_size=max_page_size)
+    c = Choices(draw)
+    c.lean()
+    return draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
 
 
 def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
-    ps = c.pick(page_size_list(max_page_size))
+    ps = pick_page_size(c, page_size_list(max_page_size))
     n = boundary_length(c, 1, max_length, ps)
-    outputs = c.integer(0, 3)
+    outputs = c.integer(0, 3, lean=1)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
-    if c.boolean():  # decode radix cache (and HiCache) on
+    if c.boolean(lean=True):  # decode radix cache (and HiCache) on
         d = boundary_prefix(c, n, ps)
         l1 = d if c.integer(0, 3) == 3 else c.integer(0, d // ps) * ps  # one time in four the whole hit on device
     needed = l1 // ps + pages_needed(fill, ps) + 8
     pages = distinct_sample(c, 1, needed + 32, needed)
     width = fill + ps
     stale = [0] * width
-    if c.boolean():  # a reused row: an earlier request's ids are still there
+    if c.boolean(lean=True):  # a reused row: an earlier request's ids are still there
         old = distinct_sample(c, 1, needed + 32, pages_needed(width, ps))
         stale = token_locations(old, width, ps)
     window = c.integer(1, 40)
@@ -189,21 +201,22 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(free),
-        state_types=tuple(c.switches(DOMAIN.state_types(STATE_TYPES))),
+        state_types=tuple(c.switches(DOMAIN.state_types(STATE_TYPES), lean=True)),
         window=window,
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
-    if swa_pool and ps > 1 and outputs <= 1 and c.boolean():  # drawn last: earlier choices keep their meaning
+    if swa_pool and ps > 1 and outputs <= 1 and c.boolean(lean=True):  # drawn last: earlier choices keep their meaning
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
         reach = max(window, ps) + 1 if d else window
         if d <= max(0, fill - reach) // ps * ps:  # the radix match stops before the SWA tail
             case = replace(case, swa_free_pages=swa_pages)
-    if swa_pool and d and case.swa_free_pages is None and c.boolean():  # memory pressure: part of the pool cached
+    # memory pressure: part of the pool cached
+    if swa_pool and d and case.swa_free_pages is None and c.boolean(lean=True):
         short = c.integer(1, len(free))
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
-    if swa_pool and c.boolean():  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
+    if swa_pool and c.boolean(lean=True):  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
         case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"))
     if REGISTRY:  # registered request fields, drawn last
         case = replace(case, extra=draw_fields(c))
@@ -221,6 +234,7 @@ def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 @st.composite
 def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
     c = Choices(draw)
+    c.lean()
     dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size, swa_pool=False)
     return draw_prefill_sends(c, dec.page_size, dec.length, dec.decode_prefix, max_chunks=4, shared=dec), dec
 

@@ -91,7 +91,7 @@ def draw_paged_row(
 ) -> PagedRow:
     """``paged_rows``' example, drawn from ``c`` (arguments already validated)."""
     if page_size is None:
-        ps = c.pick(page_size_list(256))
+        ps = pick_page_size(c, page_size_list(256))
     elif isinstance(page_size, st.SearchStrategy):
         ps = c.draw(page_size)
     else:
@@ -104,21 +104,35 @@ def draw_paged_row(
     return PagedRow(tuple(pages), length, ps, d)
 
 
+LEAN_PAGE_SIZE = 4
+"""The page size a lean's simplest example takes: above 1 (page arithmetic shows) and small enough to read."""
+
+LEAN_PAGES = 3
+"""How many pages a lean's simplest prompt spans (at, one short of or one past the boundary: ``LEANS``)."""
+
+
+def pick_page_size(c: Choices, sizes: tuple[int, ...]) -> int:
+    """One of ``sizes`` (ascending); shrinks to the first, or under a lean to ``LEAN_PAGE_SIZE`` (or the largest
+    below it)."""
+    return c.pick(sizes, lean=max(0, sum(1 for s in sizes if s <= LEAN_PAGE_SIZE) - 1))
+
+
 def boundary_length(c: Choices, lo: int, hi: int, ps: int) -> int:
     """A length in ``[lo, hi]``: half the time at a page boundary of ``ps`` - a multiple of it or one off either
-    side (within range), where page arithmetic goes wrong - otherwise any (shrinks towards ``lo``)."""
-    if hi >= lo and c.boolean():
-        k = c.integer(lo // ps, hi // ps)
-        return min(hi, max(lo, k * ps + (0, -1, 1)[c.integer(0, 2)]))
+    side (within range), where page arithmetic goes wrong - otherwise any (shrinks towards ``lo``; under a lean
+    to ``LEAN_PAGES`` pages at, one short of or one past the boundary, by the lean)."""
+    if hi >= lo and c.boolean(lean=True):
+        k = c.integer(lo // ps, hi // ps, lean=LEAN_PAGES)
+        return min(hi, max(lo, k * ps + (0, -1, 1)[c.integer(0, 2, lean=c.leaning - 1)]))
     return c.integer(lo, hi)
 
 
 def boundary_prefix(c: Choices, n: int, ps: int) -> int:
     """A page-aligned prefix in ``[0, n]``: one time in four the largest (``D == L`` when ``n`` is aligned, else the
-    last page partly past it), otherwise any (shrinks to 0)."""
+    last page partly past it), otherwise any (shrinks to 0; under a lean to one page)."""
     if n >= ps and c.integer(0, 3) == 3:
         return n // ps * ps
-    return c.integer(0, n // ps) * ps
+    return c.integer(0, n // ps, lean=1) * ps
 
 
 def chunk_schedules(
@@ -140,9 +154,11 @@ def _chunk_schedules(draw: st.DrawFn, length: int, *, max_chunks: int = 8) -> li
 
 
 def draw_chunk_ends(c: Choices, length: int, *, max_chunks: int = 8) -> list[int]:
-    """``chunk_schedules``' example, drawn from ``c``: how many inner ends (shrinks to none: one chunk), then
-    each end; every chunk computes a token at least (ends strictly increase from 1)."""
-    inner = {c.integer(1, length - 1) for _ in range(c.integer(0, max_chunks - 1 if length > 1 else 0))}
+    """``chunk_schedules``' example, drawn from ``c``: how many inner ends (shrinks to none: one chunk; under a
+    lean to one inner end, one token past the first page of ``LEAN_PAGE_SIZE``), then each end; every chunk
+    computes a token at least (ends strictly increase from 1)."""
+    count = c.integer(0, max_chunks - 1 if length > 1 else 0, lean=1)
+    inner = {c.integer(1, length - 1, lean=LEAN_PAGE_SIZE + 1) for _ in range(count)}
     return [*sorted(inner), length]
 
 

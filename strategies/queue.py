@@ -14,7 +14,7 @@ from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
 from pdverify.strategies.fields import draw_fields
-from pdverify.strategies.layouts import page_size_list
+from pdverify.strategies.layouts import page_size_list, pick_page_size
 
 ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
 """The LoRA adapters requests draw from (None: the base model, which counts as an adapter in a batch)."""
@@ -36,7 +36,12 @@ def decode_queues(
     the prompts and the reserve less a shortfall, or in a quarter of the passes with a reserve one page short of the
     first host-bound prompt plus its reserve). Within the bound release's input domain: no radix cache before 0.5.11,
     no rebootstrap before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink
-    to none: the simplest pass admits every live bootstrapped request."""
+    to none: the simplest pass admits every live bootstrapped request. The first choice is a lean
+    (``Choices.lean``): under one, the simplest pass has three requests on a page size above 1 with radix
+    prefixes (leans 1 and 2; lean 3: host receive instead, the host pool one page short of the last host-bound
+    request's reserve), priorities, LoRA, staging and running requests on; lean 1 adds a rebootstrapped first
+    request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token short;
+    lean 2 a token budget at the boundary of the first request."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -45,41 +50,42 @@ def decode_queues(
 
 @st.composite
 def _decode_queues(draw: st.DrawFn, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
-    return draw_decode_queue(
-        Choices(draw), max_requests=max_requests, max_length=max_length, max_page_size=max_page_size
-    )
+    c = Choices(draw)
+    c.lean()
+    return draw_decode_queue(c, max_requests=max_requests, max_length=max_length, max_page_size=max_page_size)
 
 
-def _shortfall(c: Choices, most: int) -> int:
-    """None half the time (shrinks to none), else ``0..most``."""
-    return c.integer(0, most) if c.boolean() else 0
+def _shortfall(c: Choices, most: int, *, lean: tuple[int, ...] = ()) -> int:
+    """None half the time (shrinks to none; under the leans in ``lean`` to one), else ``0..most``."""
+    return c.integer(0, most, lean=1) if c.boolean(lean=lean) else 0
 
 
 def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
     """``decode_queues``' example, drawn from ``c``."""
-    ps = c.pick(page_size_list(max_page_size))
-    k = c.integer(1, max_requests)
-    order = c.pick(PRIORITY_ORDERS) if c.boolean() else None
-    max_loras = c.integer(1, 3) if c.boolean() else None
+    ps = pick_page_size(c, page_size_list(max_page_size))
+    k = c.integer(1, max_requests, lean=3)
+    order = c.pick(PRIORITY_ORDERS) if c.boolean(lean=True) else None
+    max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
     restrict = c.boolean()
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
     complete = policy == "prefill_complete"
-    radix = not complete and c.boolean() and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
+    radix = not complete and c.boolean(lean=(1, 2)) and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
     # drowned by a rarity in one of its k requests
-    aborts, waits, rebootstraps = c.boolean(), c.boolean(), c.boolean() and DOMAIN.rebootstrap  # 0.5.16 on
+    aborts, waits = c.boolean(lean=True), c.boolean(lean=True)
+    rebootstraps = c.boolean(lean=True) and DOMAIN.rebootstrap  # 0.5.16 on
     requests = []
-    for _ in range(k):
+    for i in range(k):
         aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
-        length = c.integer(1, max_length)
+        length = c.integer(1, max_length, lean=2 * ps + 1)  # under a lean: a page partly used
         requests.append(
             QueuedRequest(
                 length=length,
-                output_len=c.integer(0, 3),
+                output_len=c.integer(0, 3, lean=1),
                 max_new_tokens=c.integer(1, 32),
                 bootstrapped=not (waits and c.integer(0, 3) == 3),
                 aborted=aborted,
@@ -87,13 +93,14 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 priority=c.integer(0, 3) if order else 0,
                 lora=c.pick(ADAPTERS) if max_loras else None,
                 checked=c.integer(0, 3) != 3 if restrict else True,
-                prefix_pages=tuple(shared[: c.integer(0, length // ps)]) if radix else (),
-                rebootstrap=rebootstraps and c.integer(0, 3) == 3,
-                host_capable=c.boolean(),
+                prefix_pages=tuple(shared[: c.integer(0, length // ps, lean=1)]) if radix else (),
+                # lean 1: the first request rebootstrapped (it must match no radix prefix)
+                rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
+                host_capable=c.boolean(lean=True),
                 extra=draw_fields(c),
             )
         )
-    running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2)))
+    running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2, lean=1)))
     reserved = c.integer(0, 8)
     pool = sum(pages_needed(r.fill_len, ps) for r in requests) + pages_needed(32 + 8, ps) + c.integer(0, 2)
     cap = pool * ps
@@ -103,27 +110,29 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         free_pages=tuple(distinct_sample(c, 1, pool + 32, pool)),
         metadata_buffers=k - _shortfall(c, k),
         request_rows=k - _shortfall(c, k),
-        token_budget=cap - _shortfall(c, cap),
+        token_budget=cap - _shortfall(c, cap, lean=(1,)),
         reserved_decode_tokens=reserved,
         running=running,
         priority_order=order,
         max_loras=max_loras,
         restrict=restrict,
         radix=radix,
-        staging=not complete and c.boolean(),
+        staging=not complete and c.boolean(lean=True),
         allocation_policy=policy,
         # host receive came in 0.5.21 (#40238): a release before it never draws it
         **({} if complete or not DOMAIN.has("host_receive") else _host_receive(c, requests, ps, radix)),
     )
-    if case.host_threshold < 1.0 and c.boolean():  # drawn last: earlier choices keep their meaning
+    if case.host_threshold < 1.0 and c.boolean(lean=True):  # drawn last: earlier choices keep their meaning
         # a boundary: exactly the rows the device-bound requests need, so a host-received request that took a row
         # would leave a later one without (rows are no contract, their count is)
         case = replace(case, request_rows=sum(1 for i in range(k) if not case.to_host(i)))
-    if case.host_reserved_tokens and c.integer(0, 3) == 3:
+    if case.host_reserved_tokens and c.boolean(lean=True):  # half the passes with a reserve
         case = _host_short_of_reserve(c, case)
-    if ps > 1 and case.host_threshold == 1.0 and c.boolean():
+    if ps > 1 and case.host_threshold == 1.0 and c.boolean(lean=(1,)):
         case = _with_swa_pool(c, case)
-    if ps > 1 and not case.radix and case.host_threshold == 1.0 and c.boolean():
+    if c.boolean(lean=(2,)):
+        case = _tight_budget(c, case)
+    if ps > 1 and not case.radix and case.host_threshold == 1.0 and c.boolean(lean=True):
         # a boundary of the device path without the radix cache: a budget of exactly the first j requests' raw
         # lengths and headroom - where charging a request by its tokens and allocating it whole pages part ways
         # (T3) - with running requests whose retractable tokens cover every request's output room, so that the
@@ -137,6 +146,22 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     return case
 
 
+def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
+    """A boundary: a token budget of exactly the fresh pages' tokens of the first ``j`` requests (in arrival order)
+    plus the decode headroom, or one token less - where a request is turned away for memory holding a radix lock,
+    charged for a prefix it holds, or admitted without its headroom (a uniform budget lands on it about once in
+    the pool's size)."""
+    ps, k = case.page_size, len(case.requests)
+    j = c.integer(1, k, lean=1)
+    fresh = 0
+    for r in case.requests[:j]:
+        fill = r.length + (r.output_len if r.rebootstrap else max(r.output_len - 1, 0))
+        held = len(r.prefix_pages) if case.radix and not r.rebootstrap else 0
+        fresh += (pages_needed(fill, ps) - held) * ps
+    budget = max(0, fresh + case.reserved_decode_tokens - c.integer(0, 1))
+    return replace(case, token_budget=min(budget, case.token_budget))
+
+
 def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
     rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and SWA pages for all the tails
@@ -145,7 +170,7 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     # half the windows are short (up to two pages): only then does a radix prefix stop before the SWA tail, so a
     # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
     ps = case.page_size
-    window = c.integer(1, 2 * ps) if c.boolean() else c.integer(1, 40)
+    window = c.integer(1, 2 * ps) if c.boolean(lean=True) else c.integer(1, 40)
     reach = max(window, ps) + 1 if case.radix else window
     requests, tails = [], []
     for r in case.requests:
@@ -156,10 +181,10 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         tails.append(pages_needed(tail, ps))
     need = sum(tails)
     locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j]]
-    if locked and c.boolean():
+    if locked and c.boolean(lean=True):
         # a boundary: one page short of the tail of a request that holds a radix prefix (the requests before it
         # served), the shortfall that makes a locked request fail for its tail - a uniform one rarely does
-        j = c.pick(locked)
+        j = c.pick(locked, lean=len(locked) - 1)  # under a lean the last: those before it are served
         count = sum(tails[:j]) + tails[j] - 1
     else:
         count = need - _shortfall(c, need)
@@ -168,24 +193,27 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
 
 
 def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
-    """A boundary: host pages for the first host-bound request's prompt and all of its reserve but one page, so
-    that the prompt fits and only the reserve refuses it (a uniform shortfall lands inside the reserve about once
-    in ``need`` passes; the generation-only measurement found an admission without the reserve killed on 2 of 3
+    """A boundary: host pages for the host-bound requests' prompts up to one of them (the first; under a lean the
+    last) and all of the reserve but one page, so that the requests before it are received into host memory and
+    its prompt fits while only the reserve refuses it (a uniform shortfall lands inside the reserve about once in
+    ``need`` passes; the generation-only measurement found an admission without the reserve killed on 2 of 3
     seeds). Unchanged where no request is host-bound."""
-    first = next((i for i, r in enumerate(case.requests) if case.to_host(i) and r.bootstrapped and not r.aborted), None)
-    if first is None:
+    bound = [i for i, r in enumerate(case.requests) if case.to_host(i) and r.bootstrapped and not r.aborted]
+    if not bound:
         return case
     ps = case.page_size
-    count = pages_needed(case.requests[first].length, ps) + pages_needed(case.host_reserved_tokens, ps) - 1
+    upto = bound[: c.integer(0, len(bound) - 1, lean=len(bound) - 1) + 1]
+    prompts = sum(pages_needed(case.requests[i].length, ps) for i in upto)
+    count = prompts + pages_needed(case.host_reserved_tokens, ps) - 1
     return replace(case, host_free_pages=tuple(distinct_sample(c, 1, count + 32, count)))
 
 
 def _host_receive(c: Choices, requests: list[QueuedRequest], ps: int, radix: bool) -> dict[str, Any]:
     """Host receive off, or on with a host reserve, a threshold, the device pool's usage above, at or below it and
     host pages for all of the host-capable requests' prompts and the reserve, less a shortfall."""
-    if radix or c.integer(0, 2) == 0:  # on in two of three passes without the radix cache
+    if radix or c.integer(0, 2, lean=1) == 0:  # on in two of three passes without the radix cache
         return {}
-    reserve = c.integer(0, 2 * ps)
+    reserve = c.integer(0, 2 * ps, lean=ps)
     # enough host pages for every host-capable prompt and its reserve, less a shortfall (shrinks to none): a
     # uniform count left the host pool short in most passes, so a host admission was rare
     need = sum(pages_needed(r.length, ps) for r in requests if r.host_capable) + pages_needed(reserve, ps)
