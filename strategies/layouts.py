@@ -129,8 +129,9 @@ def boundary_length(c: Choices, lo: int, hi: int, ps: int) -> int:
 
 def boundary_prefix(c: Choices, n: int, ps: int) -> int:
     """A page-aligned prefix in ``[0, n]``: one time in four the largest (``D == L`` when ``n`` is aligned, else the
-    last page partly past it), otherwise any (shrinks to 0; under a lean to one page)."""
-    if n >= ps and c.integer(0, 3) == 3:
+    last page partly past it), otherwise any (shrinks to 0; under lean 1 to the largest, ``D == L`` at its
+    page-aligned length; under the other leans to one page)."""
+    if n >= ps and c.integer(0, 3, lean=3 if c.leaning == 1 else None) == 3:
         return n // ps * ps
     return c.integer(0, n // ps, lean=1) * ps
 

@@ -14,7 +14,7 @@ from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_int
 from pdverify.strategies.fields import draw_fields
-from pdverify.strategies.layouts import page_size_list, pick_page_size
+from pdverify.strategies.layouts import LEAN_PAGES, page_size_list, pick_page_size
 
 ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
 """The LoRA adapters requests draw from (None: the base model, which counts as an adapter in a batch)."""
@@ -81,7 +81,9 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     requests = []
     for i in range(k):
         aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
-        length = c.integer(1, max_length, lean=2 * ps + 1)  # under a lean: a page partly used
+        # under a lean three pages at, one short of or one past the boundary: at it (lean 1), a rebootstrapped
+        # request's output spills into a page of its own
+        length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1)[c.leaning - 1])
         requests.append(
             QueuedRequest(
                 length=length,
@@ -180,7 +182,7 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))
         tails.append(pages_needed(tail, ps))
     need = sum(tails)
-    locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j]]
+    locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j] and not r.rebootstrap]
     if locked and c.boolean(lean=True):
         # a boundary: one page short of the tail of a request that holds a radix prefix (the requests before it
         # served), the shortfall that makes a locked request fail for its tail - a uniform one rarely does
