@@ -31,17 +31,19 @@ def decode_queues(
     model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
     requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
     from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in
-    half the passes of the device path without the radix cache (page size > 1), exactly the first requests' raw
+    half the passes exactly the first requests' fresh pages and headroom or one token less; in half the passes of
+    the device path without the radix cache (page size > 1), exactly the first requests' raw
     lengths and headroom, with running requests covering the output room; host receive off or on (host pages for
-    the prompts and the reserve less a shortfall, or in a quarter of the passes with a reserve one page short of the
-    first host-bound prompt plus its reserve). Within the bound release's input domain: no radix cache before 0.5.11,
+    the prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a
+    host-bound request's prompt and reserve). Within the bound release's input domain: no radix cache before 0.5.11,
     no rebootstrap before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink
     to none: the simplest pass admits every live bootstrapped request. The first choice is a lean
-    (``Choices.lean``): under one, the simplest pass has three requests on a page size above 1 with radix
-    prefixes (leans 1 and 2; lean 3: host receive instead, the host pool one page short of the last host-bound
-    request's reserve), priorities, LoRA, staging and running requests on; lean 1 adds a rebootstrapped first
-    request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token short;
-    lean 2 a token budget at the boundary of the first request."""
+    (``Choices.lean``): under one, the simplest pass has three requests of three pages on a page size above 1, with
+    priorities, LoRA, staging and running requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped
+    first request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token
+    short; lean 2 a token budget at the boundary of the first request. Lean 3 adds host receive instead: the second
+    request device-bound between two host-bound ones, the request rows exactly the device-bound requests' and the
+    host pool one page short of the last host-bound request's reserve."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -98,7 +100,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 prefix_pages=tuple(shared[: c.integer(0, length // ps, lean=1)]) if radix else (),
                 # lean 1: the first request rebootstrapped (it must match no radix prefix)
                 rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
-                host_capable=c.boolean(lean=True),
+                # lean 3: the second request device-bound, between two host-bound ones
+                host_capable=c.boolean(lean=(1, 2) if i == 1 else True),
                 extra=draw_fields(c),
             )
         )
