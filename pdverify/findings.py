@@ -154,15 +154,16 @@ def _t2_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _t3_shows(kwargs: Mapping[str, Any]) -> bool:
-    """A queue pass without the radix cache, pages of more than one token, a request whose fill length is not
-    page-aligned: only then does counting its fill length differ from counting the whole pages it takes."""
+    """A queue pass with pages of more than one token and a request on the path without the radix cache (radix
+    off, or a rebootstrapped request: it never matches decode's tree) whose fill length is not page-aligned: only
+    then does counting its fill length differ from counting the whole pages it takes."""
     case = kwargs.get("case")
     ps = getattr(case, "page_size", 1)
+    radix = getattr(case, "radix", True)
     return (
         case is not None
         and ps > 1
-        and not getattr(case, "radix", True)
-        and any(r.fill_len % ps for r in getattr(case, "requests", ()))
+        and any(r.fill_len % ps and (not radix or r.rebootstrap) for r in getattr(case, "requests", ()))
     )
 
 
@@ -175,7 +176,8 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q2's or Q3's message when the pass admitted, past where the contract stops, the next request the pass looks
-    at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not."""
+    at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not; Q1's
+    when that request, admitted so, then failed for want of SWA pages (the hybrid pool's reclaim)."""
     from pdverify.oracle.decode_queue import expected_pass
 
     case = kwargs["case"]
@@ -183,6 +185,7 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
     q3 = re.match(r"queue after the pass ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
+    q1 = re.match(r"failed ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
 
     def names(text: str) -> list[int]:
         return [] if text == "none" else [int(n) for n in re.findall(r"#(\d+)", text)]
@@ -195,12 +198,20 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
         extra = [i for i in want.remaining if i not in got]
         if [i for i in want.remaining if i in got] != got:
             return False
+    elif q1 is not None and names(q1.group(2)) == want.failed and case.swa_free_pages is not None:
+        got = names(q1.group(1))
+        extra = [i for i in got if i not in want.failed]
+        if len(extra) != 1 or [i for i in got if i != extra[0]] != want.failed or extra[0] not in want.remaining:
+            return False
     else:
         return False
     if not extra:
         return False
     ps, r = case.page_size, case.requests[extra[0]]
-    left = case.token_budget - sum(-(-case.requests[i].fill_len // ps) * ps for i in want.admitted)
+    if case.radix and not r.rebootstrap:
+        return False  # the radix path charges whole pages
+    held = [len(q.prefix_pages) if case.radix and not q.rebootstrap else 0 for q in case.requests]
+    left = case.token_budget - sum((-(-case.requests[i].fill_len // ps) - held[i]) * ps for i in want.admitted)
     raw, pages = r.fill_len + case.reserved_decode_tokens, -(-r.fill_len // ps) * ps + case.reserved_decode_tokens
     return bool(raw <= left < pages)
 
@@ -421,13 +432,14 @@ KNOWN: dict[str, KnownDefect] = {
             "Q4",
             "sglang",
             ("0.5.20", "0.5.21"),
-            "decode's pre-allocation admits a request (radix cache off) against the token budget by its fill length, "
-            "while the allocator takes whole pages: a pass allocates past the budget (fixed in 0.5.22)",
+            "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
+            "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
+            "0.5.22)",
             _t3_shows,
             _t3_explains,
-            also=("Q3", "Q2"),
+            also=("Q3", "Q2", "Q1"),
             explains_also=_t3_overadmits,
-            narrower=(("Q2", ("0.5.20",)),),
+            narrower=(("Q1", ("0.5.20",)),),
         ),
         KnownDefect(
             "T9",

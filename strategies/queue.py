@@ -23,27 +23,27 @@ ADAPTERS: tuple[str | None, ...] = (None, "a", "b", "c")
 def decode_queues(
     *, max_requests: int = 5, max_length: int = 32, max_page_size: int = 16
 ) -> st.SearchStrategy[DecodeQueueCase]:
-    """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a
-    prompt of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still
-    waiting for its receiver, aborted (its abort streamed already or not) or live, rebootstrapped or first-time
-    (each of the three rarities switched off for a whole pass half the time: swarm testing); FIFO or priority scheduling
-    (either order, priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base
-    model or one of three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running
-    requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
-    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in
-    half the passes exactly the first requests' fresh pages and headroom or one token less; in half the passes of
-    the device path without the radix cache (page size > 1), exactly the first requests' raw
-    lengths and headroom, with running requests covering the output room; host receive off or on (host pages for
-    the prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a
-    host-bound request's prompt and reserve). Within the bound release's input domain: no radix cache before 0.5.11,
-    no rebootstrap before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink
-    to none: the simplest pass admits every live bootstrapped request. The first choice is a lean
-    (``Choices.lean``): under one, the simplest pass has three requests of three pages on a page size above 1, with
-    priorities, LoRA, staging and running requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped
-    first request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token
-    short; lean 2 a token budget at the boundary of the first request. Lean 3 adds host receive instead: the second
-    request device-bound between two host-bound ones, the request rows exactly the device-bound requests' and the
-    host pool one page short of the last host-bound request's reserve."""
+    """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a prompt
+    of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still waiting for its
+    receiver, aborted (its abort streamed already or not) or live, rebootstrapped or first-time (each of the three
+    rarities switched off for a whole pass half the time: swarm testing); FIFO or priority scheduling (either order,
+    priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base model or one of
+    three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running requests (retractable
+    tokens, loaded adapters); a decode headroom; free metadata buffers and request rows from none to one per request;
+    free pages in a fragmented order and a token budget from 0 to all of them - in half the passes exactly the first
+    requests' fresh pages and headroom or one token less; in half the passes of the device path without the radix cache
+    (page size > 1; radix off, or a rebootstrapped request), exactly the first requests' charges (raw lengths on that
+    path) and headroom, with running requests covering the output room; host receive off or on (host pages for the
+    prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a host-bound
+    request's prompt and reserve). Within the bound release's input domain: no radix cache before 0.5.11, no rebootstrap
+    before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the
+    simplest pass admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the
+    simplest pass has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running
+    requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first request, a hybrid SWA pool one page
+    short of the last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of
+    the first request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones,
+    the request rows exactly the device-bound requests' and the host pool one page short of the last host-bound
+    request's reserve."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -137,14 +137,21 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         case = _with_swa_pool(c, case)
     if c.boolean(lean=(2,)):
         case = _tight_budget(c, case)
-    if ps > 1 and not case.radix and case.host_threshold == 1.0 and c.boolean(lean=True):
-        # a boundary of the device path without the radix cache: a budget of exactly the first j requests' raw
-        # lengths and headroom - where charging a request by its tokens and allocating it whole pages part ways
-        # (T3) - with running requests whose retractable tokens cover every request's output room, so that the
-        # raw-length term of the admission test is the one that binds (without it the generator had reached T3 once
-        # in 116 examples, on one release's draws only)
+    bypass = [not case.radix or r.rebootstrap for r in case.requests]  # the device path without the radix cache
+    # (not under lean 1, whose rebootstrapped first request would stop the pass before its locked SWA tails)
+    if ps > 1 and any(bypass) and case.host_threshold == 1.0 and c.boolean(lean=() if case.radix else True):
+        # a boundary of the device path without the radix cache (radix off, or a rebootstrapped request, which
+        # never matches decode's tree): a budget of exactly the first j requests' charges and headroom - raw fill
+        # lengths on that path, fresh pages on the radix path - where charging a request by its tokens and
+        # allocating it whole pages part ways (T3), with running requests whose retractable tokens cover every
+        # request's output room, so that the raw-length term of the admission test is the one that binds (without
+        # it the generator had reached T3 once in 116 examples, on one release's draws only)
         j = c.integer(1, k)
-        raw = sum(case.requests[i].fill_len + case.reserved_decode_tokens for i in range(j))
+        raw = sum(
+            (r.fill_len if bypass[i] else (pages_needed(r.fill_len, ps) - len(r.prefix_pages)) * ps)
+            + case.reserved_decode_tokens
+            for i, r in enumerate(case.requests[:j])
+        )
         room = max(r.max_new_tokens for r in case.requests)
         running = case.running if case.retractable_tokens >= room else ((room, None), *case.running)[:2]
         case = replace(case, token_budget=min(raw, case.token_budget), running=running)

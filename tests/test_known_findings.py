@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pdverify.cli import exitcodes
@@ -109,8 +110,12 @@ def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
     from types import SimpleNamespace as NS
 
     t3, t4, t5, t6 = (KNOWN[k] for k in ("T3", "T4", "T5", "T6"))
-    queue = NS(page_size=16, radix=False, requests=[NS(fill_len=1), NS(fill_len=17)])
+    first_time = [NS(fill_len=1, rebootstrap=False), NS(fill_len=17, rebootstrap=False)]
+    queue = NS(page_size=16, radix=False, requests=first_time)
     assert t3.shows({"case": queue}) and not t3.shows({"case": NS(page_size=16, radix=True, requests=queue.requests)})
+    # a rebootstrapped request never matches decode's tree: with the radix cache on it is charged on the same path
+    rebootstrapped = [NS(fill_len=1, rebootstrap=True)]
+    assert t3.shows({"case": NS(page_size=16, radix=True, requests=rebootstrapped)})
     assert not t3.shows({"case": NS(page_size=1, radix=False, requests=queue.requests)})
     assert t3.explains({"case": queue}, "16 tokens allocated, the budget was 15\nassert 16 <= 15")
     assert not t3.explains({"case": queue}, "32 tokens allocated, the budget was 15")  # a page too many: not T3
@@ -155,7 +160,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 7, 8]\nassert False")
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
-    assert t9.releases_for("P11") == ("0.4.5.post2",) and t3.releases_for("Q2") == ("0.5.20",)
+    assert t9.releases_for("P11") == ("0.4.5.post2",) and t3.releases_for("Q2") == ("0.5.20", "0.5.21")
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -169,3 +174,15 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     roomy = DecodeQueueCase(page_size=2, requests=(request(2),), free_pages=tuple(range(1, 9)), metadata_buffers=1,
                             request_rows=1, token_budget=1, running=((1, None),))  # fmt: skip
     assert not t3.explanation("Q2")({"case": roomy}, over_q2), "an aligned request is charged what it takes"
+    # with the radix cache on, a rebootstrapped request takes the same path (0.5.20 decode.py:1233-1236); one that
+    # may match the tree is charged whole pages, so its over-admission is not T3
+    reboot = QueuedRequest(length=1, output_len=0, max_new_tokens=1, rebootstrap=True)
+    radix = replace(case, radix=True, requests=(reboot,))
+    assert t3.shows({"case": radix}) and t3.explanation("Q2")({"case": radix}, over_q2)
+    assert not t3.explanation("Q2")({"case": replace(case, radix=True)}, over_q2)
+    # Q1 (0.5.20): the request admitted so then finds no SWA page and is failed; a failure of another request is not T3
+    swa = replace(case, swa_free_pages=(), window=1)
+    assert t3.explanation("Q1")({"case": swa}, "failed #0, expected none\nassert [0] == []")
+    assert not t3.explanation("Q1")({"case": case}, "failed #0, expected none"), "without an SWA pool nothing fails"
+    assert not t3.explanation("Q1")({"case": replace(swa, requests=(request(2),))}, "failed #0, expected none")
+    assert t3.releases_for("Q1") == ("0.5.20",)
