@@ -330,3 +330,13 @@ class _BufferKept(PreallocPass):
 @mutant("XQ28", "decode_queue", "missing release", "a request the budget turns away keeps the metadata buffer it took")
 def buffer_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _BufferKept(case, device).run()
+
+
+class _ProtectedPartialPage(PreallocPass):
+    def protected(self, i: int) -> int:
+        return super().protected(i) + self.case.requests[i].fill_len % self.case.page_size
+
+
+@mutant("XQ29", "decode_queue", "wrong offset", "the prefix promised to staging counts the last partial page")
+def protected_partial_page(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _ProtectedPartialPage(case, device).run()

@@ -151,12 +151,17 @@ class PreallocPass:
         locations = token_locations(pages, count * ps, ps)
         return locations, np.array(pages, dtype=np.int32)
 
+    def protected(self, i: int) -> int:
+        """``cache_protected_len``: the prefix decode promised prefill (the tree owns ``[0, P)``)."""
+        return self.prefix(i)
+
     def handshake(self, i: int, host: bool = False) -> None:
         """``_send_kv_metadata``: register with the staging handler first (its prefetch needs the room; not for a
         host destination), send the metadata, then - a rebootstrapped request under the early policy - ask
-        prefill to recompute."""
+        prefill to recompute. The staging handler fails a room whose promised prefix is not page-aligned (its
+        scatter offsets shift by that prefix): ``("staging failed", i)``."""
         if self.case.staging and not host:
-            self.events.append(("staging", i))
+            self.events.append(("staging" if self.protected(i) % self.case.page_size == 0 else "staging failed", i))
         self.events.append(("metadata", i))
         if self.case.requests[i].rebootstrap and self.case.allocation_policy == "early":
             self.events.append(("recompute", i))

@@ -305,7 +305,8 @@ def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> N
 @prop(
     "Q6",
     "the metadata handshake of each admitted request, in order: registered with decode's staging handler first "
-    "when staging is on and it receives on the device (its prefetch needs the room), then the destinations sent, "
+    "when staging is on and it receives on the device (its prefetch needs the room), the room accepted (the prefix "
+    "promised is page-aligned: the handler's scatter offsets shift by it), then the destinations sent, "
     "then - a rebootstrapped request under the early allocation policy - prefill asked to recompute it once; "
     "nothing for a request not admitted",
     needs=NEEDS,

@@ -15,6 +15,7 @@ pending). ``decode.get_disagg`` is patched for the call only.
 
 from __future__ import annotations
 
+from collections import deque
 from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
@@ -194,6 +195,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.base.conn import StateType
     from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
 
     ps, radix = case.page_size, case.decode_prefix > 0
     kvcache: Any = SimpleNamespace()
@@ -261,7 +263,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.tree_cache.evict_for_alloc = evict_for_alloc
     q.tree_cache.evictable_size = lambda: len(evictable) * ps
     q.tree_cache.protected_size = lambda: 0
-    q.req_to_metadata_buffer_idx_allocator = SimpleNamespace(available_size=lambda: 1, alloc=lambda: case.aux_index)
+    # SGLang's own allocator of metadata buffers, its free list set (as the page allocator's is): the one buffer
+    # left is the case's, whatever the buffers before it hold
+    metadata = ReqToMetadataIdxAllocator(1)
+    metadata.size, metadata.free_slots = case.aux_index + 1, deque([case.aux_index])
+    q.req_to_metadata_buffer_idx_allocator = metadata
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
@@ -338,13 +344,33 @@ def _hybrid_swa_pool(
     return kvcache, allocator
 
 
+def _staging(ps: int, events: list[tuple[str, int]]) -> Any:  # pragma: no cover - conformance venv
+    """SGLang's own ``DecodeStagingHandler``, its registration recorded: ``("staging", i)``, or ``("staging failed",
+    i)`` when the real ``register_decode_req`` failed the room (a decode prefix that is not page-aligned: "Scatter
+    offsets shift suffix-relative page_start by the decode prefix, exact only when the prefix is page-aligned").
+    Only the KV buffers' device is a stand-in: an indexed CPU device (the constructor asserts an indexed device,
+    CUDA's case, and reads nothing else of the buffers)."""
+    from sglang.srt.disaggregation.common.staging_handler import DecodeStagingHandler
+
+    base: Any = DecodeStagingHandler  # typed or not by the environment's mypy: Any in both
+
+    class Recorded(base):  # type: ignore[misc]
+        def register_decode_req(self, room: int, decode_req: Any) -> None:
+            super().register_decode_req(room, decode_req)
+            events.append(("staging failed" if decode_req._staging_failed else "staging", int(decode_req.req.rid[1:])))
+
+    buffers = {"page_size": ps, "k_buffers": [SimpleNamespace(device=torch.device("cpu", 0))]}
+    return Recorded(None, None, buffers, decode_tp=1, total_kv_heads=1, tp_rank=0, scheduler=None)
+
+
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
     """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off or on.
 
     Real: ``pop_preallocated`` (priority sort, abort scan, admission loop), ``_pre_alloc``, the paged allocator,
     ``DecodeReqToTokenPool`` with ``request_rows`` free rows, ``ReqToMetadataIdxAllocator`` with
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
-    and the LoRA manager's own ``validate_lora_batch``. Stand-ins: the budget (``_allocatable_token_budgets``:
+    the LoRA manager's own ``validate_lora_batch`` and the staging handler's ``register_decode_req``
+    (``_staging``). Stand-ins: the budget (``_allocatable_token_budgets``:
     the case's budget less what this pass allocated), the radix match (``_match_prefix_and_lock``: the request's
     prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the KV
     receivers (they record),
@@ -498,13 +524,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         kv_args=SimpleNamespace(state_types=[]),
         submit_prefill_recompute=lambda receiver, payload: events.append(("recompute", int(receiver.rid[1:]))),
     )
-    q.transfer_queue = SimpleNamespace(
-        enable_staging=case.staging,
-        queue=[],
-        staging_handler=SimpleNamespace(
-            register_decode_req=lambda room, dr: events.append(("staging", int(dr.req.rid[1:])))
-        ),
-    )
+    q.transfer_queue = SimpleNamespace(enable_staging=case.staging, queue=[], staging_handler=_staging(ps, events))
     reqs = []
     for i, r in enumerate(case.requests):
         req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
