@@ -7,7 +7,15 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import DEFERRED_ROOMS, DP_BALANCE, RANK_SPLITS, STATE_TYPES, DecodeCase, PrefillCase
+from pdverify.model.exchange import (
+    DEFERRED_ROOMS,
+    DP_BALANCE,
+    RANK_SPLITS,
+    REQUEST_STATE_LAYOUTS,
+    STATE_TYPES,
+    DecodeCase,
+    PrefillCase,
+)
 from pdverify.model.layout import pages_needed, token_locations
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
@@ -161,7 +169,8 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     free pages in a fragmented order; each page-strided state type on or off by its own coin; with a page size above
     1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with SWA
     tail pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
-    held by the cache (evictable), down to none free; DeepSeek-V4's request state or not."""
+    held by the cache (evictable), down to none free; DeepSeek-V4's request state (in one of the pool layouts SGLang
+    builds, ``REQUEST_STATE_LAYOUTS``) or not."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
     return _decode_cases(max_length=max_length, max_page_size=max_page_size)
@@ -217,7 +226,8 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         short = c.integer(1, len(free))
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
     if swa_pool and c.boolean(lean=True):  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
-        case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"))
+        layout = c.pick(REQUEST_STATE_LAYOUTS, lean=1)  # under a lean the MTP ring: two pages a row
+        case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"), request_state=layout)
     if REGISTRY:  # registered request fields, drawn last
         case = replace(case, extra=draw_fields(c))
     return case

@@ -73,7 +73,7 @@ KILLERS: dict[str, list[str]] = {
     "W2": ["XW01", "XW02", "XW03"],
     "X1": ["XW02", "XW03", "XD02"],  # one a clause: pages, decode_prefix, state_lists
     "D1": ["XD01", "XD02", "XD03", "XD04", "XD05"],
-    "D2": ["XD06", "XD07"],
+    "D2": ["XD06", "XD07", "XD11"],
     "D3": ["XD08", "XD09"],
     "D4": ["XD10"],
     "Q1": ["XQ02", "XQ09", "XQ25", "XQ27"],

@@ -44,11 +44,19 @@ DECODE_STATE_TYPES: tuple[str, ...] = (*STATE_TYPES, "DSV4_REQUEST_STATE")
 """Decode's state types: the page-strided ones and DeepSeek-V4's request-scoped state, whose slots the pool
 addresses by request row (``request_state_transfer_indices``) and which decode clears on a reused row first."""
 
-
-def request_state_slots(req_pool_idx: int, seq_len: int, ring_size: int) -> tuple[int, ...]:
-    """The request-state slots a DeepSeek-V4 pool addresses for a row and a length, as the decode unit's pool
-    stand-ins lay them out: the row's ring, one slot per position of the last ``ring_size``."""
-    return tuple(req_pool_idx * ring_size + p % ring_size for p in range(max(0, seq_len - ring_size), seq_len))
+REQUEST_STATE_LAYOUTS: tuple[tuple[int, bool, int], ...] = (
+    (128, False, 128),
+    (128, False, 256),
+    (128, True, 1),
+    (2, False, 2),
+    (2, False, 4),
+    (2, False, 8),
+)
+"""The ``(ratio, online, ring_size)`` layouts of the request-scoped compress-state pool a DeepSeek-V4 KV pool builds
+(sglang 0.5.23 ``deepseek_v4_memory_pool.py``: ``_make_compress_state_pool`` makes ratio 128 request-scoped,
+online under ``SGLANG_OPT_USE_ONLINE_COMPRESS``; ``_make_pair_state_pool`` ratio 2; ring sizes by
+``get_compress_state_ring_size``: C128 a 128-token ring, 256 with speculative decoding, 1 online; the ratio-2 pair
+ring 2, or ``1 << (drafts + 1).bit_length()`` with 1-3 draft tokens)."""
 
 
 DEFERRED_ROOMS: tuple[str, ...] = ("fresh", "duplicate", "cancelled")
@@ -320,6 +328,9 @@ class DecodeCase:
     window: int = 4
     ring_size: int = 8
     aux_index: int = 100
+    request_state: tuple[int, bool, int] = REQUEST_STATE_LAYOUTS[0]
+    """With ``DSV4_REQUEST_STATE``: the request-scoped compress-state pool's ``(ratio, online, ring_size)``, one of
+    ``REQUEST_STATE_LAYOUTS``."""
     evictable_pages: tuple[int, ...] = ()
     """Pages the decode radix cache holds unlocked, in its eviction order: with the cache on (``D > 0``) and the free
     list short of the request's pages for ``[L1, fill_len)``, pre-allocation evicts the shortfall first."""
@@ -352,6 +363,11 @@ class DecodeCase:
             raise ValueError(f"unknown state types {sorted(unknown)}")
         if self.ring_size < self.window:
             raise ValueError(f"ring_size={self.ring_size} must be >= window={self.window}")
+        if self.request_state not in REQUEST_STATE_LAYOUTS:
+            raise ValueError(
+                f"request_state={self.request_state} is not a layout SGLang's DeepSeek-V4 pool builds "
+                f"(REQUEST_STATE_LAYOUTS: {REQUEST_STATE_LAYOUTS})"
+            )
         if self.evictable_pages:
             l1_pages = {loc // self.page_size for loc in self.l1_row}
             taken = set(self.evictable_pages)
@@ -418,7 +434,8 @@ class DecodeTrace:
     evicted: tuple[int, ...] = ()
     """Pages pre-allocation evicted from the decode radix cache."""
     cleared_rows: tuple[int, ...] = ()
-    """Rows whose DeepSeek-V4 request-scoped state was cleared before the metadata went out."""
+    """Rows whose whole DeepSeek-V4 request-state ring was reset (no entry left as an earlier request wrote it) when
+    the metadata went out."""
     row: tuple[int, ...] = ()
     """The request's request-to-token row for ``[0, L)`` when the metadata was sent."""
     cache_protected_len: int | None = None

@@ -625,16 +625,28 @@ def request_state_not_cleared(case: DecodeCase, device: str) -> DecodeTrace:
     return replace(decode_port.decode_prealloc(case, device), cleared_rows=())
 
 
-@mutant("XD07", "decode_prealloc", "wrong end", "request-state slots registered for fill_len instead of L")
+@mutant("XD07", "decode_prealloc", "wrong end", "request-state index taken for fill_len + 1 instead of L")
 def request_state_fill_len(case: DecodeCase, device: str) -> DecodeTrace:
-    from pdverify.model.exchange import request_state_slots
-
     trace = decode_port.decode_prealloc(case, device)
     if "DSV4_REQUEST_STATE" not in case.state_types:
         return trace
     k = case.state_types.index("DSV4_REQUEST_STATE")
-    slots = request_state_slots(trace.req_pool_idx, case.fill_len + 1, case.ring_size)
-    return replace(trace, state=(*trace.state[:k], slots, *trace.state[k + 1 :]))
+    index = decode_port.request_state_transfer_indices(trace.req_pool_idx, case.fill_len + 1, case.request_state)
+    return replace(trace, state=(*trace.state[:k], tuple(int(v) for v in index), *trace.state[k + 1 :]))
+
+
+@mutant("XD11", "decode_prealloc", "wrong stride", "the request-state ring page is not offset by the row's pages")
+def request_state_row_unscaled(case: DecodeCase, device: str) -> DecodeTrace:
+    def indices(row: int, seq_len: int, layout: tuple[int, bool, int]) -> np.ndarray:
+        ratio, online, ring_size = layout
+        if seq_len % ratio == 0:
+            return np.empty((0,), dtype=np.int32)
+        if ratio == 2 or online:
+            return np.array([row], dtype=np.int32)
+        return np.array([row + ((seq_len - 1) % ring_size) // ratio], dtype=np.int32)
+
+    with mock.patch.object(decode_port, "request_state_transfer_indices", indices):
+        return decode_port.decode_prealloc(case, device)
 
 
 @mutant(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots
+from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.layout import token_locations
 from pdverify.production.page_index import (
     PageIndices,
@@ -26,6 +26,19 @@ from pdverify.production.page_index import (
 
 REQ_POOL_IDX = 1
 """The row a fresh ``DecodeReqToTokenPool`` hands out first (row 0 is padding)."""
+
+
+def request_state_transfer_indices(req_pool_idx: int, seq_len: int, layout: tuple[int, bool, int]) -> np.ndarray:
+    """DeepSeek-V4's request-state transfer indices (``CompressStatePool.transfer_indices``): the one pending
+    partial block of ``ratio`` tokens, as the request's pair ring (ratio 2), its online row, or the ring page that
+    holds it; nothing at a block boundary."""
+    ratio, online, ring_size = layout
+    if seq_len == 0 or seq_len % ratio == 0:
+        return np.empty((0,), dtype=np.int32)
+    if ratio == 2 or online:
+        return np.array([req_pool_idx], dtype=np.int32)
+    pages_per_req = ring_size // ratio
+    return np.array([req_pool_idx * pages_per_req + ((seq_len - 1) % ring_size) // ratio], dtype=np.int32)
 
 
 def _take(free: list[int], tokens: int, page_size: int) -> list[int]:
@@ -69,7 +82,7 @@ def state_lists(case: DecodeCase, table: torch.Tensor, swa: dict[int, int] | Non
         elif kind == "DSA":
             out.append(suffix_page_indices(table, REQ_POOL_IDX, d, n, ps))
         elif kind == "DSV4_REQUEST_STATE":
-            out.append(np.array(request_state_slots(REQ_POOL_IDX, n, case.ring_size), dtype=np.int32))
+            out.append(request_state_transfer_indices(REQ_POOL_IDX, n, case.request_state))
         elif kind == "SWA_RING":
             positions = np.arange(max(0, n - case.window), n, dtype=np.int64)
             out.append((REQ_POOL_IDX * case.ring_size + positions % case.ring_size).astype(np.int32))

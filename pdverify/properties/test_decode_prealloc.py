@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots, state_list_start
+from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
 from pdverify.properties.registry import examples, note_event, prop, within_release
 from pdverify.strategies import decode_cases
 from pdverify.targets import Target
@@ -129,14 +129,34 @@ def test_d4_announced_prefix_is_protected(target: Target, device: str, case: Dec
     assert protected % case.page_size == 0, f"cache_protected_len={protected} is not page-aligned (ps {case.page_size})"
 
 
-@examples("case", [replace(EXAMPLES[0], state_types=("DSV4_REQUEST_STATE",)), replace(EXAMPLES[4], state_types=(
-    "DSV4_REQUEST_STATE", "DSA"))])  # fmt: skip
+def pending_request_state(row: int, length: int, layout: tuple[int, bool, int]) -> list[int]:
+    """The oracle of DeepSeek-V4's request-state transfer: what of a prompt of ``length`` tokens is still pending
+    compression is its last partial block of ``ratio`` tokens (none when ``length`` ends a block); decode registers
+    the one item that holds it - the row's pair ring (ratio 2, one item per row), the row's online state (one item
+    per row), or the page of ``ratio`` ring slots, among the row's ``ring_size / ratio``, that the block's first
+    position maps to."""
+    ratio, online, ring_size = layout
+    block_start = length - length % ratio
+    if block_start == length:
+        return []
+    if ratio == 2 or online:
+        return [row]
+    pages_per_row = ring_size // ratio
+    return [row * pages_per_row + block_start % ring_size // ratio]
+
+
+@examples("case", [
+    replace(EXAMPLES[0], state_types=("DSV4_REQUEST_STATE",)),
+    replace(EXAMPLES[4], state_types=("DSV4_REQUEST_STATE", "DSA"), request_state=(128, False, 256)),
+    replace(EXAMPLES[5], state_types=("DSV4_REQUEST_STATE",), request_state=(2, False, 4)),
+])  # fmt: skip
 @prop(
     "D2",
-    "DeepSeek-V4 request-scoped state: decode clears its row's state before the metadata goes out (a reused row "
-    "holds the previous request's ring) and registers the request-state slots of its own row for [0, L)",
+    "DeepSeek-V4 request-scoped state: before the metadata goes out decode resets its row's whole state ring (a "
+    "reused row holds the previous request's) and no other row's, and registers the one item holding the prompt's "
+    "pending partial compression block (none at a block boundary)",
     needs=NEEDS,
-    case=decode_cases(),
+    case=decode_cases(max_length=520, max_page_size=128),
 )
 def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None:
     within_release(case)
@@ -144,12 +164,20 @@ def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None
     if "DSV4_REQUEST_STATE" not in case.state_types:
         assert not trace.cleared_rows, f"request state cleared for rows {trace.cleared_rows} without the state type"
         return
-    note_event("DSV4 request state")
+    ratio, online, ring_size = case.request_state
+    note_event(f"DSV4 request state, ratio {ratio}{' online' if online else ''}")
     row = trace.req_pool_idx
-    assert trace.cleared_rows == (row,), f"cleared rows {trace.cleared_rows} before the metadata, expected ({row},)"
-    got = trace.state[case.state_types.index("DSV4_REQUEST_STATE")]
-    want = request_state_slots(row, case.length, case.ring_size)
-    assert tuple(got) == want, f"request-state slots {list(got)}, row {row}'s for L={case.length}: {list(want)}"
+    assert trace.cleared_rows == (row,), (
+        f"rows {trace.cleared_rows} had their request-state ring reset before the metadata, expected ({row},)"
+    )
+    got = list(trace.state[case.state_types.index("DSV4_REQUEST_STATE")])
+    want = pending_request_state(row, case.length, case.request_state)
+    if not want:
+        note_event("DSV4 prompt ends a compression block")
+    assert got == want, (
+        f"request-state items {got}, expected {want}: row {row}, L={case.length}, ratio {ratio}, online {online}, "
+        f"ring {ring_size}"
+    )
 
 
 @examples("case", [replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7))])

@@ -15,6 +15,8 @@ pending). ``decode.get_disagg`` is patched for the call only.
 
 from __future__ import annotations
 
+import contextlib
+import types
 from collections import deque
 from types import SimpleNamespace
 from typing import Any, cast
@@ -23,7 +25,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from pdverify.model.exchange import DecodeCase, DecodeTrace, request_state_slots
+from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.sglang_prefill import int_tuple
 
@@ -90,7 +92,6 @@ class AllocExtendKernel:
 def _cpu_alloc_extend() -> Any:
     """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's
     ``alloc_extend`` has no CPU path; a no-op where it calls its own ``alloc_extend_naive`` (0.5.22 on)."""
-    import contextlib
     import inspect
 
     from sglang.srt.mem_cache.allocator import paged
@@ -191,6 +192,52 @@ def _disagg(*, radix: bool) -> Any:
     )
 
 
+class _RequestStatePool:  # pragma: no cover - conformance venv
+    """SGLang's own DeepSeek-V4 request-state code on a real ``CompressStatePool`` of the case's layout: the KV pool
+    stand-in gets ``DeepSeekV4TokenToKVPool.request_state_transfer_indices`` and ``clear_request_scoped_state``
+    bound to it (the pool's class stays a stand-in: a real one builds every layer's buffers, and its type would turn
+    on DeepSeek-V4's SWA-tail allocation, another unit). Every row's ring starts as an earlier request left it
+    (``STALE``); ``reset_rows`` names the rows whose whole ring no longer holds it. With the state type off, no
+    pool and no methods: SGLang's ``getattr(..., None)`` finds none."""
+
+    STALE = 7.0
+
+    def __init__(self, case: DecodeCase, kvcache: Any, rows: int) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.online = False
+        if "DSV4_REQUEST_STATE" not in case.state_types:
+            return
+        from sglang.srt.mem_cache import deepseek_v4_memory_pool as dsv4
+        from sglang.srt.mem_cache.deepseek_v4_compress_state import CompressStatePool
+
+        ratio, self.online, self.ring = case.request_state
+        pool = CompressStatePool(
+            size=rows * self.ring, ring_size=self.ring, overlap=False, head_dim=2, dtype=torch.float32, device="cpu",
+            enable_memory_saver=False, ratio=ratio, online=self.online, request_scoped=True,
+        )  # fmt: skip
+        self.buffer = pool.kv_score_buffer.kv_score
+        self.buffer.fill_(self.STALE)
+        self.rows = rows
+        kvcache.compress_state_pools = [None, pool]  # a layer without compression, then the request-scoped one
+        for name in ("request_state_transfer_indices", "clear_request_scoped_state"):
+            setattr(kvcache, name, types.MethodType(getattr(dsv4.DeepSeekV4TokenToKVPool, name), kvcache))
+
+    def online_flag(self) -> Any:
+        """SGLang builds an online C128 pool only under ``SGLANG_OPT_USE_ONLINE_COMPRESS`` (its module flag
+        ``ONLINE_C128``, which the reset reads): the flag as the layout has it."""
+        if self.buffer is None:
+            return contextlib.nullcontext()
+        from sglang.srt.mem_cache import deepseek_v4_memory_pool as dsv4
+
+        return mock.patch.object(dsv4, "ONLINE_C128", self.online)
+
+    def reset_rows(self) -> tuple[int, ...]:
+        if self.buffer is None:
+            return ()
+        left = self.buffer[: self.rows * self.ring] == self.STALE
+        return tuple(r for r in range(self.rows) if not left[r * self.ring : (r + 1) * self.ring].any())
+
+
 def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.base.conn import StateType
@@ -206,14 +253,9 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     for name, value in (("page_size", ps), ("unified_swa_ring_size", case.ring_size),
                         ("unified_swa_window", case.window), ("kpool_use_compress", False)):  # fmt: skip
         setattr(kvcache, name, value)
-    cleared: list[int] = []
-    if "DSV4_REQUEST_STATE" in case.state_types:  # DeepSeek-V4's request-scoped state: a pool stand-in
-        kvcache.request_state_transfer_indices = lambda row, seq_len: np.array(
-            request_state_slots(row, seq_len, case.ring_size), dtype=np.int32
-        )
-        kvcache.clear_request_scoped_state = lambda row: cleared.append(int(row))
     width = len(case.stale_row)
     req_pool = decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
+    request_state = _RequestStatePool(case, kvcache, rows=req_pool.req_to_token.shape[0])
     req_pool.req_to_token[:, :width] = torch.tensor(case.stale_row, dtype=torch.int32)
     sent: list[tuple[Any, ...]] = []
 
@@ -221,7 +263,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         supports_host_destination = False
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
-            sent.append((pages, aux, state, decode_prefix_len, tuple(cleared)))
+            sent.append((pages, aux, state, decode_prefix_len, request_state.reset_rows()))
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
@@ -280,6 +322,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     with (
         mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
+        request_state.online_flag(),
     ):
         done, failed = q.pop_preallocated()
     assert len(done) == 1 and not failed and len(sent) == 1, (
