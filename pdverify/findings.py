@@ -394,6 +394,26 @@ def _t8_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return re.match(r"(page \d+ belongs to rank \d+|position \d+ sent twice)", head) is not None
 
 
+def _t10_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S15 under the overlap scheduler with an early send that records the forward's event (a device prefix past
+    ``D``, page-aligned)."""
+    case = kwargs.get("case")
+    early = getattr(case, "early_prefix", None)
+    return (
+        case is not None
+        and getattr(case, "overlap", False)
+        and early is not None
+        and early > case.decode_prefix
+        and early % case.page_size == 0
+    )
+
+
+def _t10_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S15's message when no transfer waits on the forward event the early send recorded."""
+    m = re.match(r"transfers waiting on the forward \[([^\]]*)\], expected only the first to wait ", message)
+    return m is not None and all(v.strip() == "False" for v in m.group(1).split(",") if v.strip())
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -456,7 +476,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.22",),
+            ("0.5.21", "0.5.22"),
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
@@ -467,7 +487,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T6",
             "S16",
             "sglang",
-            ("0.5.22",),
+            ("0.5.21", "0.5.22"),
             "with the KV checksum on, both sides digest the request's pages from 0, the prefix decode held and prefill "
             "never sent included (fixed in 0.5.23)",
             _t6_shows,
@@ -477,7 +497,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T7",
             "S21",
             "sglang",
-            ("0.5.22",),
+            ("0.5.21", "0.5.22"),
             "prefill's early cached-prefix send goes out while a HiCache load-back of the same batch may still be "
             "writing those prefix pages: decode receives stale KV (fixed in 0.5.23, #44070)",
             _t7_shows,
@@ -494,10 +514,21 @@ KNOWN: dict[str, KnownDefect] = {
             _t8_explains,
         ),
         KnownDefect(
+            "T10",
+            "S15",
+            "sglang",
+            ("0.5.21",),
+            "under the overlap scheduler prefill's early cached-prefix send records the prior forward's CUDA event, "
+            "but Mooncake's sender never passes it to the transfer: the transfer may read prefix pages the in-flight "
+            "forward is still writing (fixed in 0.5.22)",
+            _t10_shows,
+            _t10_explains,
+        ),
+        KnownDefect(
             "F1",
             "D1",
             "sglang",
-            ("0.5.22", "0.5.23"),
+            ("0.5.21", "0.5.22", "0.5.23"),
             "decode's full-from-0 state lists name page 0 or a stale page for prefix positions whose HiCache restore "
             "is pending",
             _f1_shows,
@@ -507,7 +538,7 @@ KNOWN: dict[str, KnownDefect] = {
             "F2",
             "S16",
             "sglang",
-            ("0.5.22", "0.5.23"),
+            ("0.5.21", "0.5.22", "0.5.23"),
             "the KV checksum digests the untranslated (virtual) page ids on a unified-memory pool",
             _f2_shows,
             _f2_explains,

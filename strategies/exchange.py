@@ -138,7 +138,9 @@ def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
 
 @st.composite
 def _rank_splits(draw: st.DrawFn, *, max_ranks: int) -> tuple[str, int]:
-    return draw(st.sampled_from(RANK_SPLITS)), draw(st.integers(2, max_ranks))
+    # KV cache sharding came in 0.5.22 (#30501): an earlier release is never given it
+    modes = [m for m in RANK_SPLITS if m != "kv_shard" or DOMAIN.has("kv_cache_sharding")]
+    return draw(st.sampled_from(modes)), draw(st.integers(2, max_ranks))
 
 
 def draw_translation(c: Choices, pages: list[int], page_size: int) -> tuple[int, ...]:
@@ -167,8 +169,9 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     == D`` one time in four) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
     request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the allocator's
     free pages in a fragmented order; each page-strided state type on or off by its own coin; with a page size above
-    1 and at most one output token (a request as prefill hands it over), one full pool or a hybrid SWA pool with SWA
-    tail pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
+    1, at most one output token (a request as prefill hands it over) and no HiCache host hit (SGLang serves a hybrid
+    SWA model's decode radix cache from the device only), one full pool or a hybrid SWA pool with SWA tail
+    pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
     held by the cache (evictable), down to none free; DeepSeek-V4's request state (in one of the pool layouts SGLang
     builds, ``REQUEST_STATE_LAYOUTS``) or not."""
     check_int("max_length", max_length, minimum=1)
@@ -215,7 +218,9 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
-    if swa_pool and ps > 1 and outputs <= 1 and c.boolean(lean=True):  # drawn last: earlier choices keep their meaning
+    # drawn last: earlier choices keep their meaning. A hybrid SWA model's decode radix cache is device-resident only:
+    # SGLang refuses it with --enable-hierarchical-cache (kv_cache_builder.py, 0.5.19-0.5.23), so no host hit (D == L1)
+    if swa_pool and ps > 1 and outputs <= 1 and d == l1 and c.boolean(lean=True):
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
         reach = max(window, ps) + 1 if d else window
@@ -262,7 +267,7 @@ def bootstrap_settings(*, max_dp_ranks: int = 4) -> st.SearchStrategy[dict[str, 
 def _bootstrap_settings(draw: st.DrawFn, *, max_dp_ranks: int) -> dict[str, object]:
     c = Choices(draw)
     room = c.integer(0, 64) if not c.boolean() else c.integer(2**31, 2**40)
-    deferred = c.pick(DEFERRED_ROOMS) if c.boolean() else None
+    deferred = c.pick(DEFERRED_ROOMS) if c.boolean() and DOMAIN.has("deferred_allocation") else None
     dp = None
     if c.boolean():
         ranks = c.integer(2, max_dp_ranks)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pdverify.cli import exitcodes
 from pdverify.findings import KNOWN
+from pdverify.model.exchange import PrefillCase
 from pdverify.runner import load_properties
 from tests.test_cli import check
 
@@ -100,8 +101,8 @@ def test_signatures_and_explanations_are_precise() -> None:
     )
     assert f1.explains({"case": case}, pending) and not f1.explains({"case": case}, held_elsewhere)
     assert not f1.explains({"case": case}, "main KV list [1] from position 0: logical page, sent, held = []")
-    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.21"))
-    assert f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.22"))
+    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.20"))  # no driver reaches it there
+    assert f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.21"))
 
 
 def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
@@ -144,6 +145,18 @@ def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
     assert t8.explains(shard, "position 0: sent 6, expected 3: rank 0 of 2 (kv_shard): [6] -> dst[0:1]")
     assert not t8.explains(shard, "position 0: sent 7, expected 2: rank 0 of 2 (kv_shard): [7] -> dst[0:1]")
     assert not t8.explains(shard, "position 0: sent 6, expected 6: rank 0 of 2 (cp_all): [6] -> dst[0:1]")
+    # T10 (0.5.21): under overlap an early send of a device prefix past D records the forward's event; no transfer
+    # waiting on it is T10, a wait on the wrong transfer or one without overlap is not
+    t10 = KNOWN["T10"]
+    row = tuple(range(40, 63))
+    early = {"case": PrefillCase(4, 23, 4, row, (23,), early_prefix=12, overlap=True)}
+    assert t10.shows(early)
+    assert not t10.shows({"case": replace(early["case"], overlap=False)})
+    assert not t10.shows({"case": replace(early["case"], early_prefix=4)}), "an early send of D ships nothing early"
+    nowait = "transfers waiting on the forward [False, False], expected only the first to wait (overlap=True, ..."
+    assert t10.explains(early, nowait)
+    assert not t10.explains(early, nowait.replace("[False, False]", "[False, True]")), "a late wait is another defect"
+    assert not t10.explains(early, "transfers waiting on the forward [True], expected only the first to not wait ")
 
 
 def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:

@@ -153,6 +153,10 @@ class PrefillCase:
         used = [f"state:{name}" for name in self.state_types]
         if self.host_tensor_indices:
             used.append("host_tensor_indices")
+        if self.deferred_room is not None:
+            used.append("deferred_allocation")
+        if self.rank_split is not None and self.rank_split[0] == "kv_shard":
+            used.append("kv_cache_sharding")
         return tuple(used)
 
     def __post_init__(self) -> None:
@@ -385,6 +389,12 @@ class DecodeCase:
                 raise ValueError(f"swa_free_pages: output_len={self.output_len} must be 0 or 1 with an SWA pool")
             if 0 in pages or len(set(pages)) != len(pages):
                 raise ValueError("swa_free_pages must be distinct pages >= 1")
+            if self.decode_prefix != l1:
+                raise ValueError(
+                    f"swa_free_pages with a HiCache host hit (decode_prefix={self.decode_prefix} > l1 prefix {l1}): "
+                    "SGLang serves a hybrid SWA model's decode radix cache from the device only (it refuses "
+                    "--enable-hierarchical-cache there, kv_cache_builder.py)"
+                )
             if len(pages) * self.page_size < self.swa_tail_len:
                 raise ValueError(f"swa_free_pages hold fewer than the {self.swa_tail_len} tail tokens")
             if self.decode_prefix > self.fill_len - self.swa_tail_len:

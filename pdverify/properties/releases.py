@@ -135,6 +135,12 @@ FROM_HOST_RECEIVE = Contract(
     "decode receives KV into host memory for custom transfer backends (#40238), first in sglang 0.5.21", "0.5.21"
 )
 DECODE_PREFIXES = Contract("decode-side cached prefixes, first in sglang 0.5.11", "0.5.11")
+FROM_DEFERRED_ALLOCATION = Contract(
+    "deferred decode allocation: prefill's sender waits on DeferredBootstrap (#40703), first in sglang 0.5.22", "0.5.22"
+)
+FROM_KV_CACHE_SHARDING = Contract(
+    "KV cache sharding on PD prefill workers (--enable-kv-cache-sharding, #30501), first in sglang 0.5.22", "0.5.22"
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -144,6 +150,8 @@ FEATURES: dict[str, Contract] = {
     "int32_wire": FROM_INT32_WIRE,
     "host_tensor_indices": FROM_HOST_TENSOR_INDICES,
     "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
+    "deferred_allocation": FROM_DEFERRED_ALLOCATION,
+    "kv_cache_sharding": FROM_KV_CACHE_SHARDING,
 }
 """Input feature -> the first release that has it."""
 

@@ -31,8 +31,9 @@ EXAMPLES = [
     _case([], 0, False, ("QSA_COMPRESSED", "DSA", "SWA")),
     # a hybrid SWA pool: SWA pages 3, 12, 8 ... for the tail [20, 23) only (window 6 -> start floor(17) = 16)
     replace(_case([], 0, False, ("SWA", "QSA_COMPRESSED")), swa_free_pages=(3, 12, 8, 5, 6, 9)),
-    # the same with the radix cache: an L1 prefix of one page, D 8; the tail keeps max(W, ps) + 1 = 7 tokens
-    replace(_case([40], 8, False, ("SWA", "DSA")), swa_free_pages=(3, 12, 8, 5, 6, 9)),
+    # the same with the radix cache: an L1 prefix of two pages, D 8 (device-resident only: SGLang refuses HiCache for
+    # an SWA model's decode radix cache); the tail keeps max(W, ps) + 1 = 7 tokens
+    replace(_case([40, 41], 8, False, ("SWA", "DSA")), swa_free_pages=(3, 12, 8, 5, 6, 9)),
     _case([40, 41], 8, False, ("QSA_COMPRESSED", "MINIMAX_INDEX_K")),
     _case([40], 8, False, ("QSA_COMPRESSED",)),  # L1 4 + L2 host 4 -> D 8, restore pending
     _case([40], 8, True, ("BLOCK_SCALE", "DSA")),  # the same on a reused row

@@ -269,6 +269,7 @@ def test_s17_ranks_partition_the_transfer(
     target: Target, device: str, case: PrefillCase, split: tuple[str, int]
 ) -> None:
     mode, size = split
+    within_release(replace(case, rank_split=(mode, 0, size)))
     note_event(f"rank split: {mode}")
     full = oracle.main_pages(case)
     owner: dict[int, int] = {}

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.properties.registry import note_event, prop, within_release
+from pdverify.properties.releases import FROM_DEFERRED_ALLOCATION
 from pdverify.strategies import bootstrap_settings, prefill_cases
 from pdverify.targets import Target
 
@@ -47,6 +48,7 @@ def _plain(transfers: list[Transfer]) -> list[tuple[object, ...]]:
     "deferred decode allocation: a duplicate or cancelled bootstrap room fails the sender at its creation and it "
     "ships nothing; a fresh room ships exactly what the sender ships without deferral",
     needs=NEEDS,
+    contract=FROM_DEFERRED_ALLOCATION,
     case=prefill_cases(),
     settings=bootstrap_settings(),
 )

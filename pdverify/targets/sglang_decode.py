@@ -153,6 +153,7 @@ def _request(rid: str, length: int, output_len: int, *, lora: str | None = None,
     req = SimpleNamespace(
         rid=rid,
         bootstrap_room=1,
+        bootstrap_host="10.0.0.2",  # a real prefill host (0.5.21 asks whether the transfer is the fake backend)
         finished_reason=None,
         kv=SimpleNamespace(
             holds_kv=False, req_pool_idx=None, kv_allocated_len=0, kv_committed_len=0, cache_protected_len=0,
@@ -323,6 +324,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
         request_state.online_flag(),
+        _cpu_alloc_extend(),
     ):
         done, failed = q.pop_preallocated()
     assert len(done) == 1 and not failed and len(sent) == 1, (

@@ -339,10 +339,26 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
     """``translate_kv_indices_for_transfer`` of a unified pool whose page table is the case's, or the identity."""
     if case.translation is None:
         return lambda t: t
-    from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
-
     v2p = torch.tensor(case.translation, dtype=torch.int64, device=device)
+    try:
+        from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
+    except ImportError:  # to 0.5.21: the unified allocator's own MultiEndedAllocator.translate_kv_loc
+        from sglang.srt.mem_cache.allocator.unified_sub_pool import MultiEndedAllocator
+
+        full = MultiEndedAllocator.__new__(MultiEndedAllocator)  # its page table and page size: all it reads
+        full.virtual_to_physical, full.pool_page_size = v2p, case.page_size
+        return lambda t: full.translate_kv_loc(t.to(torch.int64))
     return lambda t: translate_token_ids(loc=t, v2p=v2p, page_size=case.page_size)
+
+
+def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformance venv
+    """A request's chunk as 0.5.21 holds it (``Req.set_extend_range``: SGLang's own ``Range``); later releases read
+    ``extend_end``, and have no ``Range`` to give."""
+    try:
+        from sglang.srt.utils.common import Range
+    except ImportError:
+        return None
+    return Range(start, end)
 
 
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
@@ -418,7 +434,10 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         early_send_prefix_end=None,
         start_send_idx=0,
         disagg_decode_prefix_len=0,
+        extend_range=None,  # 0.5.21's chunk (extend_range.end its end), set with extend_end below
     )
+    # 0.5.21 counts the cached prefix in prefix_indices (prefix_len from 0.5.22)
+    req.prefix_indices = torch.zeros(req.prefix_len, dtype=torch.int64)
     if case.host_tensor_indices:
         sender.supports_host_tensor_indices = True
     sched.enable_overlap = case.overlap
@@ -437,6 +456,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     ):
         if case.early_send_blocked == "bootstrapping" and case.early_prefix is not None:
             req.extend_end = case.chunk_ends[0]  # the first batch runs while the request bootstraps
+            req.extend_range = _extend_range(req.prefix_len, req.extend_end)
             sched.maybe_send_cached_prefix_chunk(req)
         # the bootstrap queue's own pass (pop_bootstrapped: poll, drop a failed request, finalise), polled again
         # while the request waits for a metadata buffer; one rank, so the poll's all-reduce is the identity
@@ -451,6 +471,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
         trace.bootstraps, trace.buffers_taken = bootstraps, buffers.taken
         for k, end in enumerate([] if dropped else case.chunk_ends):  # a request dropped at bootstrap never runs
+            req.extend_range = _extend_range(req.extend_end if k else req.prefix_len, end)
             req.extend_end = end
             if k == 0:
                 if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
@@ -511,9 +532,10 @@ def _bootstrap_world(
     the DP registration posts to (it records, answers 200); request tracing switched on for the sender's module
     (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
     from sglang.srt.disaggregation.common import conn
-    from sglang.srt.disaggregation.common.bootstrap import DeferredBootstrap
 
-    if case.deferred_room is not None:
+    if case.deferred_room is not None:  # 0.5.22 on (#40703: the input feature ``allocation_policy``)
+        from sglang.srt.disaggregation.common.bootstrap import DeferredBootstrap
+
         manager.deferred_bootstrap = DeferredBootstrap(timeout=600.0)
         if case.deferred_room == "duplicate":
             manager.deferred_bootstrap.open(room, object())

@@ -40,10 +40,13 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
-SCHEDULER_DRIVERS_FROM = "0.5.22"
-"""The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against
-(0.5.22's differences - no ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``,
-Mooncake's own sender - are met by the drivers; the inputs of 0.5.23's features are outside 0.5.22's domain)."""
+SCHEDULER_DRIVERS_FROM = "0.5.21"
+"""The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against:
+``_send_kv_chunk`` / ``_transfer_page_indices`` split out and ``alloc_for_decode_prealloc`` (0.5.21's differences -
+the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``DeferredBootstrap``, translation by
+``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
+``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
+met by the drivers; the inputs of later features are outside an earlier release's domain)."""
 WIRE_DRIVER_FROM = "0.4.5.post1"
 """The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
 records the frames the Mooncake receiver sends its prefill peer - the one peer of ``bootstrap_info`` with the
@@ -80,12 +83,10 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU,
 held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
-    "prefill_exchange": "0.5.21 and earlier have no DeferredBootstrap (common/bootstrap.py) and their requests "
-    "spell the chunk end extend_range.end and the prefix prefix_indices; 0.5.20 and earlier have no _send_kv_chunk "
-    "(one send_kv_chunk, no checksum, no transfer limit); a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.21 and earlier release the prefix lock through receipts and name the request's range "
-    "extend_range; 0.5.20 and earlier build the destination and state lists inline; a driver for those forms is "
-    "not written yet",
+    "prefill_exchange": "0.5.20 and earlier have no _send_kv_chunk (one send_kv_chunk, no checksum, no transfer "
+    "limit); a driver for those forms is not written yet",
+    "decode_prealloc": "0.5.20 and earlier build the destination and state lists inline in pop_preallocated (no "
+    "_transfer_page_indices); a driver for those forms is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
