@@ -226,7 +226,7 @@ def _prepare_state(manager_class: Any) -> Any:
 
 
 def _common_sender(
-    manager: Any, room: int, case: PrefillCase | None = None, *, nixl: bool = False
+    manager: Any, room: int, case: PrefillCase | None = None, *, nixl: bool = False, bootstrap: str = "10.0.0.1:8998"
 ) -> Any:  # pragma: no cover - conformance venv
     """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one is absent, abstract or
     its ``send`` a placeholder (to 0.5.22), or NIXL's (``nixl``: the backend a 0.5.11 server requires for decode-side
@@ -260,7 +260,7 @@ def _common_sender(
         balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
         placed = (placement,)
     with _dp_width(manager, width, balance):
-        return sender_class(manager, "10.0.0.1:8998", room, *ranks, *placed)
+        return sender_class(manager, bootstrap, room, *ranks, *placed)
 
 
 @contextmanager
@@ -369,8 +369,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     room = case.bootstrap_room
     manager = _Manager(case, room, _prepare_state(CommonKVManager))
     registrations: list[tuple[int, int]] = []
-    with _bootstrap_world(case, manager, room, registrations):
-        sender = _common_sender(manager, room, case)
+    with _bootstrap_world(case, manager, room, registrations) as bootstrap:
+        sender = _common_sender(manager, room, case, bootstrap=bootstrap)
     from sglang.srt.disaggregation.base.conn import KVPoll
 
     manager.defer_decode_allocation = manager.deferred_bootstrap is not None
@@ -523,14 +523,46 @@ def _one_rank_polls(prefill: Any) -> Any:  # pragma: no cover - conformance venv
     return mock.patch.multiple(prefill, **polls)
 
 
+_SERVER: list[Any] = []
+"""SGLang's own bootstrap server, one per process (started on first use, on a free local port)."""
+
+
+def _bootstrap_server() -> Any:  # pragma: no cover - conformance venv
+    """SGLang's ``CommonKVBootstrapServer`` on 127.0.0.1: the HTTP server prefill's DP registration posts to, run as
+    the prefill node runs it (its aiohttp app on a thread of its own), waited for until it answers ``/health``."""
+    if not _SERVER:
+        import socket
+        import time
+
+        import requests
+        from sglang.srt.disaggregation.common.conn import CommonKVBootstrapServer
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = CommonKVBootstrapServer("127.0.0.1", port)
+        for _ in range(200):
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"SGLang's bootstrap server on 127.0.0.1:{port} never answered /health")
+        _SERVER.append(server)
+    return _SERVER[0]
+
+
 @contextmanager
 def _bootstrap_world(
     case: PrefillCase, manager: Any, room: int, registrations: list[tuple[int, int]]
-) -> Iterator[None]:  # pragma: no cover - conformance venv
+) -> Iterator[str]:  # pragma: no cover - conformance venv
     """What ``CommonKVSender.__init__`` meets besides its manager, for the call only: SGLang's own
-    ``DeferredBootstrap`` with the case's room fresh, opened by another sender or cancelled; the bootstrap server
-    the DP registration posts to (it records, answers 200); request tracing switched on for the sender's module
-    (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
+    ``DeferredBootstrap`` with the case's room fresh, opened by another sender or cancelled; SGLang's own bootstrap
+    server (``_bootstrap_server``), whose address it yields for the sender: each DP registration the sender posts goes
+    to it through ``requests`` and counts in ``registrations`` as the server answered it and as decode's own query
+    (``CommonKVReceiver.query_prefill_dp_ranks``) reads the room's rank back; request tracing switched on for the sender's module (``TraceReqContext`` is SGLang's: without an
+    OpenTelemetry exporter it reports tracing off)."""
+    import requests
     from sglang.srt.disaggregation.common import conn
 
     if case.deferred_room is not None:  # 0.5.22 on (#40703: the input feature ``allocation_policy``)
@@ -547,19 +579,30 @@ def _bootstrap_world(
         manager.sender_trace_module = "disaggregation"
         manager.enable_trace = True  # the switch 0.5.21 and 0.5.22's Mooncake sender reads
 
+    server = _bootstrap_server()
+    server.room_to_dp_rank.pop(room, None)  # a room an earlier example registered
+
+    address = f"127.0.0.1:{server.port}"
+
     def post(url: str, json: dict[str, int], timeout: float) -> Any:
         assert url.endswith("/register_dp_rank"), url
-        registrations.append((int(json["bootstrap_room"]), int(json["dp_rank"])))
-        return SimpleNamespace(status_code=200, text="")
+        response = requests.post(url, json=json, timeout=timeout)
+        # what decode's own query (CommonKVReceiver.query_prefill_dp_ranks) then reads back for the room
+        answer = conn.CommonKVReceiver.query_prefill_dp_ranks(address, [int(json["bootstrap_room"])])
+        if response.status_code == 200 and str(json["bootstrap_room"]) in answer:
+            registrations.append((int(json["bootstrap_room"]), int(answer[str(json["bootstrap_room"])])))
+        return response
 
     with (
-        mock.patch.object(conn, "requests", SimpleNamespace(post=post)),
+        # requests as SGLang's module sees it, its post a spy that calls through (decode's query uses its sessions)
+        mock.patch.object(conn, "requests", SimpleNamespace(**{**vars(requests), "post": post})),
         # read by 0.5.23's sender; 0.5.22's reads the manager's enable_trace
         mock.patch.object(
             conn, "get_observability", lambda: SimpleNamespace(enable_trace=case.trace_requests), create=True
         ),  # fmt: skip
     ):
-        yield
+        yield address
+    server.room_to_dp_rank.pop(room, None)
 
 
 CHECKSUM_ITEM = 4096
