@@ -560,8 +560,8 @@ def _bootstrap_world(
     ``DeferredBootstrap`` with the case's room fresh, opened by another sender or cancelled; SGLang's own bootstrap
     server (``_bootstrap_server``), whose address it yields for the sender: each DP registration the sender posts goes
     to it through ``requests`` and counts in ``registrations`` as the server answered it and as decode's own query
-    (``CommonKVReceiver.query_prefill_dp_ranks``) reads the room's rank back; request tracing switched on for the sender's module (``TraceReqContext`` is SGLang's: without an
-    OpenTelemetry exporter it reports tracing off)."""
+    (``CommonKVReceiver.query_prefill_dp_ranks``) reads the room's rank back; request tracing switched on for the
+    sender's module (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
     import requests
     from sglang.srt.disaggregation.common import conn
 
