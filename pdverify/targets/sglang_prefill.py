@@ -60,6 +60,7 @@ class _Manager:
         self.is_dummy_cp_rank = False
         self.attn_dp_rank = 0
         self.kv_shard_size, self.kv_shard_rank = 1, 0
+        self.kv_args: Any = SimpleNamespace(state_types=[])  # what Mooncake's sender reads of the registered args
         self.enable_all_cp_ranks_for_transfer = False
         self.attn_cp_rank, self.attn_cp_size = 0, 1
         if case is not None and case.rank_split is not None:
@@ -226,13 +227,19 @@ def _prepare_state(manager_class: Any) -> Any:
 
 
 def _common_sender(
-    manager: Any, room: int, case: PrefillCase | None = None, *, nixl: bool = False, bootstrap: str = "10.0.0.1:8998"
+    manager: Any,
+    room: int,
+    case: PrefillCase | None = None,
+    *,
+    nixl: bool = False,
+    bootstrap: str = "10.0.0.1:8998",
 ) -> Any:  # pragma: no cover - conformance venv
-    """The release's KV sender: ``CommonKVSender`` (0.5.23), or Mooncake's where the common one is absent, abstract or
-    its ``send`` a placeholder (to 0.5.22), or NIXL's (``nixl``: the backend a 0.5.11 server requires for decode-side
-    prefixes). Built under the case's attention DP width and balance method (one DP rank without a case), published
-    where the release's sender reads them (``_dp_width``); with TP and PP ranks where the constructor takes them
-    (0.4.8-0.5.21)."""
+    """The release's KV sender: ``CommonKVSender`` (0.5.23; Mooncake's for a host-tensor case, the backend whose
+    sender takes host tensors), or Mooncake's where the common one is absent, abstract or its ``send`` a placeholder
+    (to 0.5.22), or NIXL's (``nixl``: the backend a 0.5.11 server requires for decode-side prefixes). Built under the
+    case's attention DP width and balance method (one DP rank without a case), published where the release's sender
+    reads them (``_dp_width``); with TP and PP ranks where the constructor takes them (0.4.8-0.5.21), at the
+    ``bootstrap`` address."""
     common: Any = None
     with contextlib.suppress(ImportError):  # 0.4.8 has no CommonKVSender, 0.4.6.post5-0.4.7 no common/conn.py
         from sglang.srt.disaggregation.common import conn as common_conn
@@ -247,6 +254,7 @@ def _common_sender(
         common is None
         or getattr(common, "__abstractmethods__", None)
         or "pp_rank" in inspect.signature(common).parameters
+        or (case is not None and case.host_tensor_indices)  # the backend whose sender takes host tensors
     ):
         from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
 
@@ -361,6 +369,10 @@ def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformanc
     return Range(start, end)
 
 
+def _sharded(case: PrefillCase) -> bool:
+    return case.rank_split is not None and case.rank_split[0] == "kv_shard"
+
+
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import StateType
@@ -368,6 +380,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
 
     room = case.bootstrap_room
     manager = _Manager(case, room, _prepare_state(CommonKVManager))
+    manager.kv_args.state_types = [StateType[k] for k in case.state_types]  # as the pool registers them
     registrations: list[tuple[int, int]] = []
     with _bootstrap_world(case, manager, room, registrations) as bootstrap:
         sender = _common_sender(manager, room, case, bootstrap=bootstrap)
@@ -438,8 +451,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     )
     # 0.5.21 counts the cached prefix in prefix_indices (prefix_len from 0.5.22)
     req.prefix_indices = torch.zeros(req.prefix_len, dtype=torch.int64)
-    if case.host_tensor_indices:
-        sender.supports_host_tensor_indices = True
+    assert getattr(sender, "supports_host_tensor_indices", False) == case.host_tensor_indices, type(sender)
     sched.enable_overlap = case.overlap
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
@@ -451,7 +463,11 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         _patched_schedule(prefill, case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
         # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
-        get_parallel().override(enable_dsa_cache_layer_split=False),
+        get_parallel().override(
+            enable_dsa_cache_layer_split=False,
+            # Mooncake's sender reads it to account a sharded rank's pages (with a KV-shard rank split only)
+            **({"enable_kv_cache_sharding": _sharded(case)} if case.host_tensor_indices else {}),
+        ),
         envs.SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX.override(case.early_send_env),
     ):
         if case.early_send_blocked == "bootstrapping" and case.early_prefix is not None:
