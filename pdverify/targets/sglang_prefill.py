@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -421,7 +422,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
-            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
+            self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
             self.scheduler_stage_metrics = SchedulerStageMetricsRecorder(enabled=False)  # SGLang's own, timing off
@@ -481,6 +482,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         bootstraps: list[bool] = []
         with _one_rank_polls(prefill):
             while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
+                buffers.poll()
                 bootstraps.append(bool(queue.pop_bootstrapped()))
         assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
         # a sender dropped at bootstrap was never initialised: it announced no pages
@@ -509,22 +511,27 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     return trace
 
 
-class _BufferPool:
-    """The prefill metadata-buffer allocator as ``ensure_metadata_buffer`` reads it: none free for the first
-    ``busy_polls`` polls, then the case's buffer; counts the buffers taken."""
+class _BufferPool:  # pragma: no cover - conformance venv
+    """SGLang's own metadata-buffer allocator (``ReqToMetadataIdxAllocator``) with its free list set (state
+    injection, as the page allocators' are): the case's buffer is held by another request for the first
+    ``busy_polls`` polls (``poll``: called before each), then freed; ``taken`` counts the buffers handed out."""
 
     def __init__(self, index: int, *, busy_polls: int) -> None:
-        self.index, self.busy, self.taken = index, busy_polls, 0
+        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
 
-    def available_size(self) -> int:
-        if self.busy:
-            self.busy -= 1
-            return 0
-        return 1
+        self.index, self.busy, self.freed = index, busy_polls, 0
+        self.allocator = ReqToMetadataIdxAllocator(1)
+        self.allocator.size, self.allocator.free_slots = index + 1, deque()
 
-    def alloc(self) -> int:
-        self.taken += 1
-        return self.index
+    def poll(self) -> None:
+        if self.busy == 0 and not self.freed:
+            self.allocator.free(self.index)  # the request that held it finished
+            self.freed = 1
+        self.busy -= 1
+
+    @property
+    def taken(self) -> int:
+        return self.freed - len(self.allocator.free_slots)
 
 
 def _one_rank_polls(prefill: Any) -> Any:  # pragma: no cover - conformance venv
@@ -765,6 +772,7 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     # decode registers its prefix for the room where the backend's wire carries one; nothing registers it otherwise
     manager.req_to_decode_prefix_len = {case.room: case.decode_prefix} if nixl or mooncake_carries else {}
     buffers = _BufferPool(case.aux_index, busy_polls=0)
+    buffers.poll()
     allocator = SimpleNamespace(page_size=case.page_size)
     req: Any = SimpleNamespace(
         rid="r0",
@@ -789,7 +797,7 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
                 ),
             )  # fmt: skip
             self.token_to_kv_pool = cast(Any, allocator)  # where 0.5.15 and earlier read the page size
-            self.req_to_metadata_buffer_idx_allocator = cast(Any, buffers)  # a stand-in pool (it records polls)
+            self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue = [req]
             self.gloo_group, self.tp_rank = None, 0
 
