@@ -363,11 +363,10 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
 def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformance venv
     """A request's chunk as 0.5.21 holds it (``Req.set_extend_range``: SGLang's own ``Range``); later releases read
     ``extend_end``, and have no ``Range`` to give."""
-    try:
-        from sglang.srt.utils.common import Range
-    except ImportError:
-        return None
-    return Range(start, end)
+    from sglang.srt.utils import common
+
+    extend_range = getattr(common, "Range", None)  # 0.5.21's: gone from 0.5.22
+    return None if extend_range is None else extend_range(start, end)
 
 
 def _sharded(case: PrefillCase) -> bool:
