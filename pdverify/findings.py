@@ -476,12 +476,14 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.21", "0.5.22"),
+            ("0.5.20", "0.5.21", "0.5.22"),
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
+            # the prefill exchange is driven from 0.5.21, decode's pre-allocation from 0.5.20
+            narrower=(("P16", ("0.5.21", "0.5.22")), ("P18", ("0.5.21", "0.5.22")), ("P18p", ("0.5.21", "0.5.22"))),
         ),
         KnownDefect(
             "T6",
@@ -528,7 +530,7 @@ KNOWN: dict[str, KnownDefect] = {
             "F1",
             "D1",
             "sglang",
-            ("0.5.21", "0.5.22", "0.5.23"),
+            ("0.5.20", "0.5.21", "0.5.22", "0.5.23"),
             "decode's full-from-0 state lists name page 0 or a stale page for prefix positions whose HiCache restore "
             "is pending",
             _f1_shows,

@@ -231,7 +231,9 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         short = c.integer(1, len(free))
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
     if swa_pool and c.boolean(lean=True):  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
-        layout = c.pick(REQUEST_STATE_LAYOUTS, lean=1)  # under a lean the MTP ring: two pages a row
+        # the ratio-2 pair rings came in 0.5.21: an earlier release is never given one
+        layouts = [x for x in REQUEST_STATE_LAYOUTS if x[0] != 2 or DOMAIN.has("dsv4_pair_state")]
+        layout = c.pick(layouts, lean=1)  # under a lean the MTP ring: two pages a row
         case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"), request_state=layout)
     if REGISTRY:  # registered request fields, drawn last
         case = replace(case, extra=draw_fields(c))

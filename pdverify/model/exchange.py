@@ -347,7 +347,10 @@ class DecodeCase:
 
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
-        return tuple(f"state:{name}" for name in self.state_types)
+        used = [f"state:{name}" for name in self.state_types]
+        if "DSV4_REQUEST_STATE" in self.state_types and self.request_state[0] == 2:
+            used.append("dsv4_pair_state")
+        return tuple(used)
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)

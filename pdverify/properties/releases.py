@@ -141,6 +141,10 @@ FROM_DEFERRED_ALLOCATION = Contract(
 FROM_KV_CACHE_SHARDING = Contract(
     "KV cache sharding on PD prefill workers (--enable-kv-cache-sharding, #30501), first in sglang 0.5.22", "0.5.22"
 )
+FROM_DSV4_PAIR_STATE = Contract(
+    "DeepSeek-V4's ratio-2 pending-pair request state (request-scoped compress pools), first in sglang 0.5.21", "0.5.21"
+)
+FROM_MINIMAX_DENSE_KV_STATE = Contract("the MINIMAX_DENSE_KV state type, first in sglang 0.5.21", "0.5.21")
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -152,6 +156,8 @@ FEATURES: dict[str, Contract] = {
     "state:REQUEST_ROW": FROM_REQUEST_ROW_STATE,
     "deferred_allocation": FROM_DEFERRED_ALLOCATION,
     "kv_cache_sharding": FROM_KV_CACHE_SHARDING,
+    "dsv4_pair_state": FROM_DSV4_PAIR_STATE,
+    "state:MINIMAX_DENSE_KV": FROM_MINIMAX_DENSE_KV_STATE,
 }
 """Input feature -> the first release that has it."""
 

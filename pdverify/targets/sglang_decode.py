@@ -195,42 +195,55 @@ def _disagg(*, radix: bool) -> Any:
 
 class _RequestStatePool:  # pragma: no cover - conformance venv
     """SGLang's own DeepSeek-V4 request-state code on a real ``CompressStatePool`` of the case's layout: the KV pool
-    stand-in gets ``DeepSeekV4TokenToKVPool.request_state_transfer_indices`` and ``clear_request_scoped_state``
-    bound to it (the pool's class stays a stand-in: a real one builds every layer's buffers, and its type would turn
-    on DeepSeek-V4's SWA-tail allocation, another unit). Every row's ring starts as an earlier request left it
-    (``STALE``); ``reset_rows`` names the rows whose whole ring no longer holds it. With the state type off, no
-    pool and no methods: SGLang's ``getattr(..., None)`` finds none."""
+    stand-in gets the pool class's own methods bound to it - ``request_state_transfer_indices`` and
+    ``clear_request_scoped_state`` (0.5.21 on), or ``clear_c128_req_state`` and ``get_ring_size``, which 0.5.20's
+    decode reads beside its ``get_dsv4_c128_state_indices`` - (the pool's class stays a stand-in: a real one builds
+    every layer's buffers, and its type would turn on DeepSeek-V4's SWA-tail allocation, another unit). Every row's
+    ring starts as an earlier request left it (``STALE``); ``reset_rows`` names the rows whose whole ring no longer
+    holds it. With the state type off, no pool and no methods: SGLang's ``getattr(..., None)`` finds none."""
 
     STALE = 7.0
+    METHODS = ("request_state_transfer_indices", "clear_request_scoped_state", "clear_c128_req_state", "get_ring_size")
 
     def __init__(self, case: DecodeCase, kvcache: Any, rows: int) -> None:
         self.buffer: torch.Tensor | None = None
         self.online = False
         if "DSV4_REQUEST_STATE" not in case.state_types:
             return
+        import inspect
+
         from sglang.srt.mem_cache import deepseek_v4_memory_pool as dsv4
         from sglang.srt.mem_cache.deepseek_v4_compress_state import CompressStatePool
 
         ratio, self.online, self.ring = case.request_state
+        scoped = {"request_scoped": True} if "request_scoped" in inspect.signature(CompressStatePool).parameters else {}
         pool = CompressStatePool(
             size=rows * self.ring, ring_size=self.ring, overlap=False, head_dim=2, dtype=torch.float32, device="cpu",
-            enable_memory_saver=False, ratio=ratio, online=self.online, request_scoped=True,
+            enable_memory_saver=False, ratio=ratio, online=self.online, **scoped,
         )  # fmt: skip
         self.buffer = pool.kv_score_buffer.kv_score
         self.buffer.fill_(self.STALE)
         self.rows = rows
         kvcache.compress_state_pools = [None, pool]  # a layer without compression, then the request-scoped one
-        for name in ("request_state_transfer_indices", "clear_request_scoped_state"):
-            setattr(kvcache, name, types.MethodType(getattr(dsv4.DeepSeekV4TokenToKVPool, name), kvcache))
+        for name in self.METHODS:
+            if hasattr(dsv4.DeepSeekV4TokenToKVPool, name):
+                setattr(kvcache, name, types.MethodType(getattr(dsv4.DeepSeekV4TokenToKVPool, name), kvcache))
 
     def online_flag(self) -> Any:
-        """SGLang builds an online C128 pool only under ``SGLANG_OPT_USE_ONLINE_COMPRESS`` (its module flag
-        ``ONLINE_C128``, which the reset reads): the flag as the layout has it."""
+        """SGLang builds an online C128 pool only under ``SGLANG_OPT_USE_ONLINE_COMPRESS`` (read by the reset as the
+        module flag ``ONLINE_C128``, by 0.5.20's decode through ``is_dsv4_c128_online_enabled``), and the 256-token
+        ring only with speculative decoding (``get_spec``): both as the layout has them."""
+        stack = contextlib.ExitStack()
         if self.buffer is None:
-            return contextlib.nullcontext()
+            return stack
+        from sglang.srt.environ import envs
         from sglang.srt.mem_cache import deepseek_v4_memory_pool as dsv4
 
-        return mock.patch.object(dsv4, "ONLINE_C128", self.online)
+        stack.enter_context(mock.patch.object(dsv4, "ONLINE_C128", self.online))
+        stack.enter_context(envs.SGLANG_OPT_USE_ONLINE_COMPRESS.override(self.online))
+        speculative = SimpleNamespace(speculative_algorithm="EAGLE" if self.ring == 256 else None)
+        stack.enter_context(mock.patch.object(dsv4, "get_spec", lambda: speculative))
+        return stack
 
     def reset_rows(self) -> tuple[int, ...]:
         if self.buffer is None:

@@ -41,12 +41,17 @@ from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
 SCHEDULER_DRIVERS_FROM = "0.5.21"
-"""The first release whose scheduler-level PD code has the form the prefill and decode drivers are written against:
+"""The first release whose scheduler-level PD code has the form the prefill exchange driver is written against (the
+decode pre-allocation driver's gate is ``DECODE_PREALLOC_DRIVER_FROM``):
 ``_send_kv_chunk`` / ``_transfer_page_indices`` split out and ``alloc_for_decode_prealloc`` (0.5.21's differences -
 the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``DeferredBootstrap``, translation by
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
 ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
 met by the drivers; the inputs of later features are outside an earlier release's domain)."""
+DECODE_PREALLOC_DRIVER_FROM = "0.5.20"
+"""The first release the decode pre-allocation driver runs on: ``pop_preallocated`` with the destination and state
+lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state through
+``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21)."""
 WIRE_DRIVER_FROM = "0.4.5.post1"
 """The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
 records the frames the Mooncake receiver sends its prefill peer - the one peer of ``bootstrap_info`` with the
@@ -85,8 +90,9 @@ held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.20 and earlier have no _send_kv_chunk (one send_kv_chunk, no checksum, no transfer "
     "limit); a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.20 and earlier build the destination and state lists inline in pop_preallocated (no "
-    "_transfer_page_indices); a driver for those forms is not written yet",
+    "decode_prealloc": "0.5.19 and earlier read the flags from the scheduler's server_args and release a matched "
+    "prefix through DecLockRefParams (as the queue's reason says), and register fewer state types (no QSA_COMPRESSED "
+    "or DSV4_REQUEST_STATE before 0.5.20); a driver for those forms is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
@@ -271,6 +277,7 @@ def sglang_release_target() -> Target:
         "kv_sender": KV_SENDER_DRIVER_FROM,
         "bootstrap": BOOTSTRAP_DRIVER_FROM,
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
+        "decode_prealloc": DECODE_PREALLOC_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
     }
     drive(SCHEDULER_UNITS, since, scheduler_drivers)
