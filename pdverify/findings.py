@@ -25,6 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pdverify.model.exchange import PrefillCase
+from pdverify.oracle.prefill_exchange import early_send_waits
+
 FULL_FROM_0 = ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE")
 """State types whose decode list covers ``[0, L)`` page by page (``_full_kv_pages_payload``)."""
 
@@ -395,17 +398,10 @@ def _t8_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _t10_shows(kwargs: Mapping[str, Any]) -> bool:
-    """S15 under the overlap scheduler with an early send that records the forward's event (a device prefix past
-    ``D``, page-aligned)."""
+    """S15 where its oracle expects a transfer to wait on the forward's event (``early_send_waits``: under the
+    overlap scheduler, an early send of a device prefix past ``D``, page-aligned)."""
     case = kwargs.get("case")
-    early = getattr(case, "early_prefix", None)
-    return (
-        case is not None
-        and getattr(case, "overlap", False)
-        and early is not None
-        and early > case.decode_prefix
-        and early % case.page_size == 0
-    )
+    return isinstance(case, PrefillCase) and early_send_waits(case)
 
 
 def _t10_explains(kwargs: Mapping[str, Any], message: str) -> bool:

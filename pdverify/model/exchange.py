@@ -148,6 +148,11 @@ class PrefillCase:
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
+    @property
+    def kv_sharded(self) -> bool:
+        """This rank's pool holds only its stripe of the request's pages (KV cache sharding)."""
+        return self.rank_split is not None and self.rank_split[0] == "kv_shard"
+
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
         used = [f"state:{name}" for name in self.state_types]
@@ -155,7 +160,7 @@ class PrefillCase:
             used.append("host_tensor_indices")
         if self.deferred_room is not None:
             used.append("deferred_allocation")
-        if self.rank_split is not None and self.rank_split[0] == "kv_shard":
+        if self.kv_sharded:
             used.append("kv_cache_sharding")
         return tuple(used)
 

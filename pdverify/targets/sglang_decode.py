@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections import deque
 from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
@@ -27,7 +26,7 @@ import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_trace
-from pdverify.targets.sglang_prefill import int_tuple
+from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
 def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any:
@@ -256,7 +255,6 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.base.conn import StateType
     from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
-    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
 
     ps, radix = case.page_size, case.decode_prefix > 0
     kvcache: Any = SimpleNamespace()
@@ -319,11 +317,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.tree_cache.evict_for_alloc = evict_for_alloc
     q.tree_cache.evictable_size = lambda: len(evictable) * ps
     q.tree_cache.protected_size = lambda: 0
-    # SGLang's own allocator of metadata buffers, its free list set (as the page allocator's is): the one buffer
-    # left is the case's, whatever the buffers before it hold
-    metadata = ReqToMetadataIdxAllocator(1)
-    metadata.size, metadata.free_slots = case.aux_index + 1, deque([case.aux_index])
-    q.req_to_metadata_buffer_idx_allocator = metadata
+    # the one buffer left is the case's, whatever the buffers before it hold
+    q.req_to_metadata_buffer_idx_allocator = metadata_allocator(case.aux_index, free=True)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache

@@ -369,10 +369,6 @@ def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformanc
     return None if extend_range is None else extend_range(start, end)
 
 
-def _sharded(case: PrefillCase) -> bool:
-    return case.rank_split is not None and case.rank_split[0] == "kv_shard"
-
-
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import StateType
@@ -466,7 +462,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         get_parallel().override(
             enable_dsa_cache_layer_split=False,
             # Mooncake's sender reads it to account a sharded rank's pages (with a KV-shard rank split only)
-            **({"enable_kv_cache_sharding": _sharded(case)} if case.host_tensor_indices else {}),
+            **({"enable_kv_cache_sharding": case.kv_sharded} if case.host_tensor_indices else {}),
         ),
         envs.SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX.override(case.early_send_env),
     ):
@@ -510,17 +506,24 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     return trace
 
 
+def metadata_allocator(index: int, *, free: bool) -> Any:  # pragma: no cover - conformance venv
+    """SGLang's own ``ReqToMetadataIdxAllocator`` with its free list set (state injection, as the page allocators'
+    are): buffer ``index`` the one left, free now or (``free=False``) held by another request until freed."""
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+    allocator = ReqToMetadataIdxAllocator(1)
+    allocator.size, allocator.free_slots = index + 1, deque([index] if free else [])
+    return allocator
+
+
 class _BufferPool:  # pragma: no cover - conformance venv
-    """SGLang's own metadata-buffer allocator (``ReqToMetadataIdxAllocator``) with its free list set (state
-    injection, as the page allocators' are): the case's buffer is held by another request for the first
-    ``busy_polls`` polls (``poll``: called before each), then freed; ``taken`` counts the buffers handed out."""
+    """SGLang's own metadata-buffer allocator (``metadata_allocator``): the case's buffer is held by another request
+    for the first ``busy_polls`` polls (``poll``: called before each), then freed; ``taken`` counts the buffers
+    handed out."""
 
     def __init__(self, index: int, *, busy_polls: int) -> None:
-        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-
         self.index, self.busy, self.freed = index, busy_polls, 0
-        self.allocator = ReqToMetadataIdxAllocator(1)
-        self.allocator.size, self.allocator.free_slots = index + 1, deque()
+        self.allocator = metadata_allocator(index, free=False)
 
     def poll(self) -> None:
         if self.busy == 0 and not self.freed:
