@@ -410,6 +410,46 @@ def _t10_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return m is not None and all(v.strip() == "False" for v in m.group(1).split(",") if v.strip())
 
 
+def _t11_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass with a LoRA slot limit where the limit changes the pass: the oracle without the gate (every
+    adapter fits) differs from the oracle with it."""
+    from dataclasses import replace
+
+    from pdverify.model.queue import DecodeQueueCase
+    from pdverify.oracle.decode_queue import expected_pass
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase) or case.max_loras is None:
+        return False
+    return expected_pass(case) != expected_pass(replace(case, max_loras=None))
+
+
+_T11_FIELDS = {
+    "failed": "failed",
+    "receivers released for": "failed",
+    "aborts streamed for": "streamed",
+    "admitted": "admitted",
+    "queue after the pass": "remaining",
+    "radix locks held by": "locked",
+}
+
+
+def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) when what the pass did is exactly what it does
+    without the LoRA gate: every request the limit should have passed over was taken as if its adapter fit."""
+    from dataclasses import replace
+
+    from pdverify.oracle.decode_queue import expected_pass
+
+    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
+    if m is None or m.group(1) not in _T11_FIELDS:
+        return False
+    ungated = expected_pass(replace(kwargs["case"], max_loras=None))
+    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
+    want = list(getattr(ungated, _T11_FIELDS[m.group(1)]))
+    return got == want if m.group(1) in ("admitted", "queue after the pass") else sorted(got) == sorted(want)
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -447,7 +487,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            ("0.5.20", "0.5.21"),
+            ("0.5.19", "0.5.20", "0.5.21"),
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
@@ -455,7 +495,19 @@ KNOWN: dict[str, KnownDefect] = {
             _t3_explains,
             also=("Q3", "Q2", "Q1"),
             explains_also=_t3_overadmits,
-            narrower=(("Q1", ("0.5.20",)),),
+            narrower=(("Q1", ("0.5.19", "0.5.20")),),
+        ),
+        KnownDefect(
+            "T11",
+            "Q2",
+            "sglang",
+            ("0.5.19",),
+            "decode's pre-allocation admits requests whatever their LoRA adapters: a batch can need more adapters "
+            "than --max-loras-per-batch, and the forward's fetch_new_loras asserts (fixed in 0.5.20, upstream "
+            "#39332)",
+            _t11_shows,
+            _t11_explains,
+            also=("Q3", "Q5"),
         ),
         KnownDefect(
             "T9",
@@ -472,7 +524,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.20", "0.5.21", "0.5.22"),
+            ("0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
@@ -526,7 +578,7 @@ KNOWN: dict[str, KnownDefect] = {
             "F1",
             "D1",
             "sglang",
-            ("0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+            ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
             "decode's full-from-0 state lists name page 0 or a stale page for prefix positions whose HiCache restore "
             "is pending",
             _f1_shows,

@@ -101,8 +101,8 @@ def test_signatures_and_explanations_are_precise() -> None:
     )
     assert f1.explains({"case": case}, pending) and not f1.explains({"case": case}, held_elsewhere)
     assert not f1.explains({"case": case}, "main KV list [1] from position 0: logical page, sent, held = []")
-    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.19"))  # no driver reaches it there
-    assert f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.20"))
+    assert not f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.18"))  # no driver reaches it there
+    assert f1.recorded_for(SimpleNamespace(package="sglang", release="0.5.19"))
 
 
 def test_the_release_matrix_findings_explain_only_their_own_failures() -> None:
@@ -173,7 +173,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 7, 8]\nassert False")
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
-    assert t9.releases_for("P11") == ("0.4.5.post2",) and t3.releases_for("Q2") == ("0.5.20", "0.5.21")
+    assert t9.releases_for("P11") == ("0.4.5.post2",) and t3.releases_for("Q2") == ("0.5.19", "0.5.20", "0.5.21")
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -198,4 +198,34 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert t3.explanation("Q1")({"case": swa}, "failed #0, expected none\nassert [0] == []")
     assert not t3.explanation("Q1")({"case": case}, "failed #0, expected none"), "without an SWA pool nothing fails"
     assert not t3.explanation("Q1")({"case": replace(swa, requests=(request(2),))}, "failed #0, expected none")
-    assert t3.releases_for("Q1") == ("0.5.20",)
+    assert t3.releases_for("Q1") == ("0.5.19", "0.5.20")
+
+
+def test_t11_is_a_pass_without_the_lora_gate() -> None:
+    """T11 (0.5.19) shows only where the LoRA slot limit changes the pass, and explains a Q1/Q2/Q3/Q5 message only
+    when what the pass did is exactly the ungated pass: a pass that admits too few, or another request, is new."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t11 = KNOWN["T11"]
+
+    def request(lora: str | None, *, prefix: tuple[int, ...] = ()) -> QueuedRequest:
+        return QueuedRequest(length=5, lora=lora, prefix_pages=prefix)
+
+    free = tuple(range(1, 17))
+    case = DecodeQueueCase(page_size=4, requests=(request("b"), request("c"), request("a")), free_pages=free,
+                           metadata_buffers=3, request_rows=3, token_budget=64, running=((10, "a"),),
+                           max_loras=2)  # fmt: skip
+    assert t11.shows({"case": case})
+    assert not t11.shows({"case": replace(case, max_loras=3)}), "room for every adapter: the gate changes nothing"
+    assert not t11.shows({"case": replace(case, max_loras=None)})
+    args = {"case": case}
+    assert t11.explanation("Q2")(args, "admitted #0, #1, #2, expected #0, #2 (buffers 3, rows 3, budget 64 tokens)")
+    assert not t11.explanation("Q2")(args, "admitted #0, #1, expected #0, #2 (buffers 3, rows 3, budget 64 tokens)")
+    assert not t11.explanation("Q2")(args, "admitted #0, expected #0, #2 (buffers 3, rows 3, budget 64 tokens)")
+    assert t11.explanation("Q3")(args, "queue after the pass none, expected #1\nassert [] == [1]")
+    assert not t11.explanation("Q3")(args, "queue after the pass #2, expected #1")
+    radix = replace(case, radix=True, requests=(request("b"), request("c", prefix=(90,)), request("a")))
+    assert t11.explanation("Q5")({"case": radix}, "radix locks held by #1, expected none")
+    assert not t11.explanation("Q5")({"case": radix}, "radix locks held by #0, expected none")
+    assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
+    assert t11.releases_for("Q3") == ("0.5.19",)

@@ -145,6 +145,8 @@ FROM_DSV4_PAIR_STATE = Contract(
     "DeepSeek-V4's ratio-2 pending-pair request state (request-scoped compress pools), first in sglang 0.5.21", "0.5.21"
 )
 FROM_MINIMAX_DENSE_KV_STATE = Contract("the MINIMAX_DENSE_KV state type, first in sglang 0.5.21", "0.5.21")
+FROM_BLOCK_SCALE_STATE = Contract("the BLOCK_SCALE and BLOCK_SCALE_SWA state types, first in sglang 0.5.19", "0.5.19")
+FROM_QSA_STATE = Contract("the QSA_COMPRESSED state type, first in sglang 0.5.20", "0.5.20")
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -158,6 +160,9 @@ FEATURES: dict[str, Contract] = {
     "kv_cache_sharding": FROM_KV_CACHE_SHARDING,
     "dsv4_pair_state": FROM_DSV4_PAIR_STATE,
     "state:MINIMAX_DENSE_KV": FROM_MINIMAX_DENSE_KV_STATE,
+    "state:BLOCK_SCALE": FROM_BLOCK_SCALE_STATE,
+    "state:BLOCK_SCALE_SWA": FROM_BLOCK_SCALE_STATE,
+    "state:QSA_COMPRESSED": FROM_QSA_STATE,
 }
 """Input feature -> the first release that has it."""
 

@@ -39,7 +39,8 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     )
     allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
     allocator.release_pages = torch.empty((0,), dtype=torch.int64)
-    allocator.translate_swa_indices_for_transfer = lambda t: t
+    # no SWA pool: the full-to-SWA translation is the identity (translate_loc_from_full_to_swa before 0.5.20)
+    allocator.translate_swa_indices_for_transfer = allocator.translate_loc_from_full_to_swa = lambda t: t
     # SGLang's own checks of what it hands out (SGLANG_DEBUG_MEMORY_POOL): last_loc agrees with the prefix length
     # modulo the page size, fresh slots are distinct - stated contracts of the allocator, asserted by its own code
     allocator.debug_mode = True
@@ -253,7 +254,6 @@ class _RequestStatePool:  # pragma: no cover - conformance venv
 
 def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import decode
-    from sglang.srt.disaggregation.base.conn import StateType
     from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
 
     ps, radix = case.page_size, case.decode_prefix > 0
@@ -322,12 +322,13 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
-    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[StateType[k] for k in case.state_types]))
+    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[_state_type(k) for k in case.state_types]))
     req = _request("r0", case.length, case.output_len)
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
     req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
+    q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
         mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
@@ -350,7 +351,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         # what decode allocated starts where the prefix it announced ends (a decode that declines its host hit
         # announces less than the case's D and allocates from there)
         allocated=int_tuple(row[_announced(prefix, case) : case.fill_len]),
-        swa_allocated=int_tuple(allocator.translate_swa_indices_for_transfer(tail)) if case.swa_free_pages else (),
+        swa_allocated=int_tuple(_translate_swa(allocator)(tail)) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
         req_pool_idx=int(req.kv.req_pool_idx),
         evicted=tuple(evicted),
@@ -358,6 +359,23 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         row=int_tuple(row[: case.length]),
         cache_protected_len=int(req.kv.cache_protected_len),
     )
+
+
+STATE_TYPE_NAMES = {"DSV4_REQUEST_STATE": "C128_STATE"}
+"""A state type's name in releases before its rename (0.5.20 renamed C128_STATE DSV4_REQUEST_STATE)."""
+
+
+def _state_type(name: str) -> Any:
+    """SGLang's ``StateType`` member ``name``, under its earlier name in a release before the rename."""
+    from sglang.srt.disaggregation.base.conn import StateType
+
+    return getattr(StateType, name, None) or StateType[STATE_TYPE_NAMES.get(name, name)]
+
+
+def _translate_swa(allocator: Any) -> Any:
+    """The hybrid SWA allocator's full-to-SWA translation for a transfer (``translate_loc_from_full_to_swa`` before
+    0.5.20)."""
+    return getattr(allocator, "translate_swa_indices_for_transfer", None) or allocator.translate_loc_from_full_to_swa
 
 
 def _announced(prefix: Any, case: DecodeCase) -> int:
@@ -504,7 +522,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def dec_lock_ref(self, node: Any, receipt: Any = None, skip_swa: bool = False) -> None:
             """0.5.21's release of a match's lock (its receipt is the lock ``_match_prefix_and_lock`` took)."""
-            held.discard(receipt)
+            held.discard(getattr(receipt, "swa_uuid_for_lock", receipt))  # 0.5.19: DecLockRefParams
 
         def maybe_hand_to_session(self, req: Any) -> None:
             pass
@@ -534,7 +552,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             pages = case.requests[int(req.rid[1:])].prefix_pages
             locations = [p * ps + o for p in pages for o in range(ps)]
             req.lock = self.tree_cache.lock(req.rid) if pages else None
-            req.last_node, req.lock_receipt = None, req.lock  # 0.5.21 releases through dec_lock_ref(node, receipt)
+            # 0.5.20 on release through dec_lock_ref(node, receipt); 0.5.19 passes the lock's swa_uuid_for_lock
+            req.last_node, req.lock_receipt, req.swa_uuid_for_lock = None, req.lock, req.lock
             return DecodePrefixMatch(
                 prefix_indices=torch.tensor(locations, dtype=torch.int64),
                 l2_host_hit_length=0,
@@ -606,6 +625,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     disagg = _disagg(radix=case.radix)
     disagg.disaggregation_decode_allocation_policy = case.allocation_policy
     disagg.disaggregation_decode_host_receive_threshold = _host_threshold(case.host_threshold)
+    q.scheduler.server_args = disagg  # 0.5.19 and earlier read the flags there
     with (
         mock.patch.object(decode, "get_disagg", lambda: disagg),
         mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not case.radix)),

@@ -22,7 +22,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.20 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.19 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -48,10 +48,12 @@ the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``Def
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
 ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
 met by the drivers; the inputs of later features are outside an earlier release's domain)."""
-DECODE_PREALLOC_DRIVER_FROM = "0.5.20"
+DECODE_PREALLOC_DRIVER_FROM = "0.5.19"
 """The first release the decode pre-allocation driver runs on: ``pop_preallocated`` with the destination and state
 lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state through
-``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21)."""
+``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21) and, in
+0.5.19, named ``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation
+``translate_loc_from_full_to_swa``."""
 WIRE_DRIVER_FROM = "0.4.5.post1"
 """The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
 records the frames the Mooncake receiver sends its prefill peer - the one peer of ``bootstrap_info`` with the
@@ -79,9 +81,11 @@ before it the sender prefill initialises is a placeholder). 0.4.5.post1 initiali
 count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
 input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
 ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
-DECODE_QUEUE_DRIVER_FROM = "0.5.20"
+DECODE_QUEUE_DRIVER_FROM = "0.5.19"
 """The first release the ``pop_preallocated`` driver runs on: the queue has the form it is written against from
-0.5.20 (``DecodePrefixMatch``, the flags read through ``get_disagg()``, ``req.kv`` bookkeeping, lock receipts), with
+0.5.19 (``DecodePrefixMatch``, ``req.kv`` bookkeeping, SWA-tail pre-allocation; the flags read through ``get_disagg()``
+and locks released by receipt from 0.5.20 - 0.5.19 reads ``scheduler.server_args`` and releases by
+``swa_uuid_for_lock``, both set by the driver - and no LoRA admission gate before 0.5.20, #39332: T11), with
 the destination list and admission inline in 0.5.20 (``_send_kv_metadata`` / ``_transfer_page_indices`` and
 ``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21 (#40238: the ``host_receive`` input
 feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too. Before 0.5.22 the paged
@@ -90,17 +94,18 @@ held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.20 and earlier have no _send_kv_chunk (one send_kv_chunk, no checksum, no transfer "
     "limit); a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.19 and earlier read the flags from the scheduler's server_args and release a matched "
-    "prefix through DecLockRefParams (as the queue's reason says), and register fewer state types (no QSA_COMPRESSED "
-    "or DSV4_REQUEST_STATE before 0.5.20); a driver for those forms is not written yet",
+    "decode_prealloc": "0.5.18 and earlier have no SWA-tail pre-allocation and no get_memory(), release a matched "
+    "prefix by dec_lock_ref(node) (as the queue's reason says) and register fewer state types (no BLOCK_SCALE before "
+    "0.5.19); a driver for those forms is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.5.19 and earlier read the flags from the scheduler's server_args, release a matched prefix "
-    "through DecLockRefParams (swa_uuid_for_lock; before 0.5.18 the radix tree's evict, not evict_for_alloc), keep "
-    "the request's KV bookkeeping on the request (no req.kv: req_pool_idx, kv_committed_len, set_extend_input_len) "
+    "decode_queue": "0.5.18 and earlier have no SWA-tail pre-allocation (_reclaim_swa_tail_capacity) and no "
+    "get_memory(), release a matched prefix by dec_lock_ref(node), evict through the radix tree's evict (not "
+    "evict_for_alloc), keep the request's KV bookkeeping on the request (no req.kv: req_pool_idx, kv_committed_len, "
+    "set_extend_input_len) "
     "and before 0.5.16 have no rebootstrap, before 0.5.13 no DecodePrefixMatch (decode_hicache_mixin); a driver for "
     "those forms is not written yet",
 }
