@@ -524,14 +524,14 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.19", "0.5.20", "0.5.21", "0.5.22"),
+            ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # the prefill exchange is driven from 0.5.21, decode's pre-allocation from 0.5.20
-            narrower=(("P16", ("0.5.21", "0.5.22")), ("P18", ("0.5.21", "0.5.22")), ("P18p", ("0.5.21", "0.5.22"))),
+            # the prefill exchange is driven from 0.5.18, decode's pre-allocation from 0.5.19
+            narrower=tuple((p, ("0.5.19", "0.5.20", "0.5.21", "0.5.22")) for p in ("P18p", "D1")),
         ),
         KnownDefect(
             "T6",
@@ -547,7 +547,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T7",
             "S21",
             "sglang",
-            ("0.5.21", "0.5.22"),
+            ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "prefill's early cached-prefix send goes out while a HiCache load-back of the same batch may still be "
             "writing those prefix pages: decode receives stale KV (fixed in 0.5.23, #44070)",
             _t7_shows,
@@ -567,7 +567,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T10",
             "S15",
             "sglang",
-            ("0.5.21",),
+            ("0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "under the overlap scheduler prefill's early cached-prefix send records the prior forward's CUDA event, "
             "but Mooncake's sender never passes it to the transfer: the transfer may read prefix pages the in-flight "
             "forward is still writing (fixed in 0.5.22)",

@@ -34,7 +34,7 @@ MODES = ("plain", "dcp", "staging")
 
 
 def prefill_cases(
-    *, max_length: int = 96, max_chunks: int = 6, max_page_size: int = 16
+    *, max_length: int = 96, max_chunks: int = 6, max_page_size: int = 16, early_send: bool = False
 ) -> st.SearchStrategy[PrefillCase]:
     """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct pages
     (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in ``[0, L]``
@@ -46,28 +46,40 @@ def prefill_cases(
     (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding window and its ring, the
     request's row and its aux index; the KV checksum off or on (for a request or a health check); with an early send,
     a HiCache host hit behind its device prefix or none. The first choice is a lean (``Choices.lean``): under one,
-    every option shrinks to on and the lengths to their page boundaries."""
+    every option shrinks to on and the lengths to their page boundaries. With ``early_send``, every request whose
+    prompt reaches a page past ``D`` has an early send of the kind the code ships (a page-aligned prefix in
+    ``(D, L)``): for properties about what holds an early send back."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
-    return _prefill_cases(max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size)
+    if not isinstance(early_send, bool):
+        raise TypeError(f"early_send must be a bool, got {early_send!r}")
+    return _prefill_cases(
+        max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size, early_send=early_send
+    )
 
 
 @st.composite
-def _prefill_cases(draw: st.DrawFn, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
+def _prefill_cases(
+    draw: st.DrawFn, *, max_length: int, max_chunks: int, max_page_size: int, early_send: bool
+) -> PrefillCase:
     c = Choices(draw)
     c.lean()
-    return draw_prefill_case(c, max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size)
+    return draw_prefill_case(
+        c, max_length=max_length, max_chunks=max_chunks, max_page_size=max_page_size, early_send=early_send
+    )
 
 
-def draw_prefill_case(c: Choices, *, max_length: int, max_chunks: int, max_page_size: int) -> PrefillCase:
+def draw_prefill_case(
+    c: Choices, *, max_length: int, max_chunks: int, max_page_size: int, early_send: bool = False
+) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
     ps = pick_page_size(c, page_size_list(max_page_size))
     # a prompt of at least one token: SGLang refuses empty input_ids (``GenerateReqInput``: "input_ids cannot be
     # empty", and the scheduler rejects a session request still empty after reconstruction)
     n = boundary_length(c, min(1, max_length), max_length, ps)
     d = boundary_prefix(c, n, ps)
-    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks)
+    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send)
 
 
 def draw_prefill_sends(
@@ -78,6 +90,7 @@ def draw_prefill_sends(
     *,
     max_chunks: int,
     shared: DecodeCase | None = None,
+    early_send: bool = False,
 ) -> PrefillCase:
     """Prefill's side of a request of ``n`` tokens with decode prefix ``d``: its own fragmented pages, chunk
     schedule, send mode, early send and translation; the state types, window, ring and aux index are drawn, or
@@ -85,8 +98,9 @@ def draw_prefill_sends(
     count = pages_needed(n, ps)
     pages = distinct_sample(c, 1, count + 64, count)
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
-    mode = c.pick(MODES, lean=c.leaning - 1)  # each lean its own mode
-    early = _early_prefix(c, n, d, ps)
+    # each lean its own mode; DCP's pack limit on a send came in 0.5.21
+    mode = c.pick([m for m in MODES if m != "dcp" or DOMAIN.has("dcp_pack_limit")], lean=c.leaning - 1)
+    early = _early_prefix(c, n, d, ps, ships=early_send)
     window = shared.window if shared else c.integer(1, 40)
     case = PrefillCase(
         page_size=ps,
@@ -98,7 +112,8 @@ def draw_prefill_sends(
         dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
         chunked_prefill_size=c.integer(1, 4 * ps, lean=ps + 1) if mode == "staging" else None,
         early_prefix=early,
-        translation=draw_translation(c, pages, ps) if c.boolean(lean=True) else None,
+        # unified-memory pools (translated int64 ids) came in 0.5.18
+        translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
         state_types=shared.state_types if shared else tuple(c.switches(DOMAIN.state_types(STATE_TYPES), lean=True)),
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
@@ -106,7 +121,8 @@ def draw_prefill_sends(
         ring_size=shared.ring_size if shared else window + c.integer(0, 8),
         aux_index=shared.aux_index if shared else c.integer(0, 2**31 - 1),
     )
-    if shared is None and c.boolean(lean=True):  # drawn last: earlier choices keep their meaning
+    # drawn last: earlier choices keep their meaning (the KV checksum came in 0.5.21, #39500)
+    if shared is None and DOMAIN.has("kv_checksum") and c.boolean(lean=True):
         case = replace(case, kv_checksum=True, health_check=c.boolean())
     # a host hit behind the device prefix
     if shared is None and early is not None and early + 1 < n and c.boolean(lean=True):
@@ -116,14 +132,17 @@ def draw_prefill_sends(
     return case
 
 
-def _early_prefix(c: Choices, n: int, d: int, ps: int) -> int | None:
+def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:
     """The cached prefix an early send may cover: none half the time; else, half the time, a page-aligned one
     in ``(D, L)`` - the only kind the code sends early, and a uniform draw below ``L`` hits one about once in
     ``page_size`` (the generation-only measurement missed the overlap wait there) - otherwise any prefix below
-    ``L`` (unaligned, or within decode's prefix: skipped by the code)."""
+    ``L`` (unaligned, or within decode's prefix: skipped by the code). ``ships``: always the kind the code sends,
+    where the prompt has a page past ``D`` (else none)."""
+    lo, hi = d // ps + 1, (n - 1) // ps
+    if ships:
+        return c.integer(lo, hi) * ps if lo <= hi else None
     if not n or not c.boolean(lean=True):
         return None
-    lo, hi = d // ps + 1, (n - 1) // ps
     if lo <= hi and c.boolean(lean=True):
         return c.integer(lo, hi) * ps
     return c.integer(0, n - 1)

@@ -162,6 +162,12 @@ class PrefillCase:
             used.append("deferred_allocation")
         if self.kv_sharded:
             used.append("kv_cache_sharding")
+        if self.kv_checksum:
+            used.append("kv_checksum")
+        if self.dcp_max_tokens is not None:
+            used.append("dcp_pack_limit")
+        if self.translation is not None:
+            used.append("translated_ids")
         return tuple(used)
 
     def __post_init__(self) -> None:

@@ -147,6 +147,14 @@ FROM_DSV4_PAIR_STATE = Contract(
 FROM_MINIMAX_DENSE_KV_STATE = Contract("the MINIMAX_DENSE_KV state type, first in sglang 0.5.21", "0.5.21")
 FROM_BLOCK_SCALE_STATE = Contract("the BLOCK_SCALE and BLOCK_SCALE_SWA state types, first in sglang 0.5.19", "0.5.19")
 FROM_QSA_STATE = Contract("the QSA_COMPRESSED state type, first in sglang 0.5.20", "0.5.20")
+FROM_KV_CHECKSUM = Contract(
+    "the PD KV transfer checksum (--disaggregation-enable-kv-checksum, #39500), first in sglang 0.5.21", "0.5.21"
+)
+FROM_DCP_PACK_LIMIT = Contract(
+    "a send to a DCP-relayout peer is split at the pack buffer's size (get_max_transfer_tokens), first in sglang "
+    "0.5.21",
+    "0.5.21",
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -163,6 +171,8 @@ FEATURES: dict[str, Contract] = {
     "state:BLOCK_SCALE": FROM_BLOCK_SCALE_STATE,
     "state:BLOCK_SCALE_SWA": FROM_BLOCK_SCALE_STATE,
     "state:QSA_COMPRESSED": FROM_QSA_STATE,
+    "kv_checksum": FROM_KV_CHECKSUM,
+    "dcp_pack_limit": FROM_DCP_PACK_LIMIT,
 }
 """Input feature -> the first release that has it."""
 

@@ -190,7 +190,9 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     allocator = SimpleNamespace(
         page_size=page_size,
         translate_kv_indices_for_transfer=translate,
+        # no SWA pool: the full-to-SWA translation is the identity (translate_loc_from_full_to_swa before 0.5.20)
         translate_swa_indices_for_transfer=lambda t: t,
+        translate_loc_from_full_to_swa=lambda t: t,
         get_kvcache=lambda: kvcache,
     )
 
@@ -352,12 +354,25 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
     try:
         from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
     except ImportError:  # to 0.5.21: the unified allocator's own MultiEndedAllocator.translate_kv_loc
-        from sglang.srt.mem_cache.allocator.unified_sub_pool import MultiEndedAllocator
+        try:
+            from sglang.srt.mem_cache.allocator.unified_sub_pool import MultiEndedAllocator
+        except ImportError:  # 0.5.19: its own module
+            from sglang.srt.mem_cache.multi_ended_allocator import MultiEndedAllocator
 
         full = MultiEndedAllocator.__new__(MultiEndedAllocator)  # its page table and page size: all it reads
-        full.virtual_to_physical, full.pool_page_size = v2p, case.page_size
+        # the page size it translates by: pool_page_size (0.5.20, 0.5.21), page_size (0.5.19; no DCP there)
+        full.virtual_to_physical, full.pool_page_size, full.page_size = v2p, case.page_size, case.page_size
         return lambda t: full.translate_kv_loc(t.to(torch.int64))
     return lambda t: translate_token_ids(loc=t, v2p=v2p, page_size=case.page_size)
+
+
+def _stage_metrics() -> Any:  # pragma: no cover - conformance venv
+    """SGLang's own scheduler stage recorder with timing off (0.5.20 on; 0.5.19's bootstrap queue has none)."""
+    try:
+        from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
+    except ImportError:
+        return None
+    return SchedulerStageMetricsRecorder(enabled=False)
 
 
 def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformance venv
@@ -412,15 +427,13 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
     sched.tree_cache = None
 
-    from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
-
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
-            self.scheduler_stage_metrics = SchedulerStageMetricsRecorder(enabled=False)  # SGLang's own, timing off
+            self.scheduler_stage_metrics = _stage_metrics()
 
     from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
@@ -431,6 +444,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         origin_input_ids=[0] * case.length,
         extend_end=0,
         kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
+        req_pool_idx=case.req_pool_idx,  # 0.5.18 and earlier keep it on the request (req.kv from 0.5.19)
         disagg_kv_sender=sender,
         pending_bootstrap=True,
         metadata_buffer_index=case.aux_index if case.held_buffer else -1,
@@ -452,14 +466,13 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
     from sglang.srt.environ import envs
-    from sglang.srt.runtime_context import get_parallel
 
     with (
         checksum_kernel,
         _patched_schedule(prefill, case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
         # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
-        get_parallel().override(
+        _parallel_override(
             enable_dsa_cache_layer_split=False,
             # Mooncake's sender reads it to account a sharded rank's pages (with a KV-shard rank split only)
             **({"enable_kv_cache_sharding": case.kv_sharded} if case.host_tensor_indices else {}),
@@ -504,6 +517,32 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     trace.registrations = registrations
     return trace
+
+
+@contextmanager
+def _parallel_override(**fields: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """SGLang's ``get_parallel().override(**fields)``, for the call only. To 0.5.20 ``override`` accepts only the
+    derived widths (``_PARALLEL_FIELDS``), while the code reads server-argument leaves of the ``parallel`` namespace too
+    (``enable_dsa_cache_layer_split`` in the all-CP-ranks filter): those go into the scoped overrides, which the
+    ``__getattr__`` of 0.5.19 and 0.5.20 reads first; 0.5.18's reads a leaf only from the published config bag, so
+    with none published a bag of just those leaves stands in for it. Both are restored after the call."""
+    from sglang.srt import runtime_context
+
+    parallel = runtime_context.get_parallel()
+    known = getattr(runtime_context, "_PARALLEL_FIELDS", None)
+    leaves = {k: v for k, v in fields.items() if known is not None and k not in known}
+    saved, saved_config = dict(parallel._overrides), parallel._config
+    parallel._overrides.update(leaves)
+    if leaves and saved_config is None:
+        try:
+            [getattr(parallel, k) for k in leaves]
+        except (AttributeError, ValueError):  # the leaves are read from a published bag only
+            parallel._config = SimpleNamespace(_fields=dict(leaves), **leaves)
+    try:
+        with parallel.override(**{k: v for k, v in fields.items() if k not in leaves}):
+            yield
+    finally:
+        parallel._overrides, parallel._config = saved, saved_config
 
 
 def metadata_allocator(index: int, *, free: bool) -> Any:  # pragma: no cover - conformance venv
@@ -648,10 +687,19 @@ def _kv_checksum(
     returned context patches the kernel for the run."""
     import zlib
 
+    read: list[tuple[int, ...]] = []
+
+    def set_kv_checksum(req: Any, digest: int, signature: int | None = None) -> None:  # 0.5.22: (req, digest)
+        # a digest over no page never reaches the kernel (adler32_strided_checksum returns 1): an empty read
+        digests.append((read.pop() if read else ()) if digest else None)
+
+    sched.disagg_metadata_buffers.set_kv_checksum = set_kv_checksum
+    sched.disagg_prefill_bootstrap_queue.kv_checksum_signature = 77
+    sched.kv_checksum_computer = None
+    if not enabled:  # checksum off (0.5.20 and earlier have no checksum module): a digest set is still recorded
+        return contextlib.nullcontext()
     from sglang.kernels.ops.memory import adler32
     from sglang.srt.disaggregation.checksum import KvChecksumComputer
-
-    read: list[tuple[int, ...]] = []
 
     class CpuKernel:  # the JIT module: the one piece that needs CUDA
         def adler32_strided(self, ptrs: Any, lens: Any, states: Any, total: int) -> None:
@@ -674,15 +722,9 @@ def _kv_checksum(
             state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
             return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
 
-    def set_kv_checksum(req: Any, digest: int, signature: int | None = None) -> None:  # 0.5.22: (req, digest)
-        # a digest over no page never reaches the kernel (adler32_strided_checksum returns 1): an empty read
-        digests.append((read.pop() if read else ()) if digest else None)
-
-    sched.kv_checksum_computer = (
-        Computer(torch.device("cpu"), kv_data_ptrs=[CHECKSUM_BASE], kv_item_lens=[CHECKSUM_ITEM]) if enabled else None
+    sched.kv_checksum_computer = Computer(
+        torch.device("cpu"), kv_data_ptrs=[CHECKSUM_BASE], kv_item_lens=[CHECKSUM_ITEM]
     )
-    sched.disagg_metadata_buffers.set_kv_checksum = set_kv_checksum
-    sched.disagg_prefill_bootstrap_queue.kv_checksum_signature = 77
     return mock.patch.object(adler32, "_jit_adler32_module", lambda: CpuKernel())
 
 
