@@ -530,8 +530,7 @@ KNOWN: dict[str, KnownDefect] = {
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # the prefill exchange is driven from 0.5.18, decode's pre-allocation from 0.5.19
-            narrower=tuple((p, ("0.5.19", "0.5.20", "0.5.21", "0.5.22")) for p in ("P18p", "D1")),
+            # the prefill exchange and decode's pre-allocation are driven from 0.5.18
         ),
         KnownDefect(
             "T6",

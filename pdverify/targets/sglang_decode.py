@@ -168,6 +168,9 @@ def _request(rid: str, length: int, output_len: int, *, lora: str | None = None,
         priority=0,
         lock=None,
     )  # fmt: skip
+    # 0.5.18 and earlier keep the KV bookkeeping on the request itself (req.kv from 0.5.19)
+    for name, value in vars(req.kv).items():
+        setattr(req, name, value)
     req.set_extend_range = lambda start, end: setattr(req, "extend_range", range(start, end))
     req.swa_prefix_lock_released = False  # 0.5.21's lock bookkeeping
     return req
@@ -184,12 +187,26 @@ def _host_threshold(threshold: float) -> float:
     return threshold
 
 
+def _memory_flags(decode: Any, radix: bool) -> Any:
+    """``decode.get_memory`` patched for the call (the radix cache on or off), where the release reads it (0.5.19 on;
+    0.5.18 reads nothing of it in the pre-allocation path)."""
+    if not hasattr(decode, "get_memory"):
+        return contextlib.nullcontext()
+    return mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix))
+
+
+def _kv(req: Any) -> Any:
+    """Where the release keeps a request's KV bookkeeping: ``req.kv`` (0.5.19 on), else the request itself."""
+    return req.kv if req.kv.req_pool_idx is not None else req
+
+
 def _disagg(*, radix: bool) -> Any:
     """The disaggregation server arguments ``pop_preallocated`` reads (``decode.get_disagg``)."""
     return SimpleNamespace(
         disaggregation_decode_host_receive_threshold=1.0,
         disaggregation_decode_enable_radix_cache=radix,
         disaggregation_decode_allocation_policy="early",  # the server default
+        disable_radix_cache=not radix,  # 0.5.18 reads it from server_args (get_memory() from 0.5.19)
     )
 
 
@@ -314,7 +331,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
             allocator.free(torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int64))
         return SimpleNamespace(num_tokens_evicted=count * ps)
 
-    q.tree_cache.evict_for_alloc = evict_for_alloc
+    q.tree_cache.evict_for_alloc = q.tree_cache.evict = evict_for_alloc  # evict: 0.5.18's name
     q.tree_cache.evictable_size = lambda: len(evictable) * ps
     q.tree_cache.protected_size = lambda: 0
     # the one buffer left is the case's, whatever the buffers before it hold
@@ -331,7 +348,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
         mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
-        mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix)),
+        _memory_flags(decode, radix),
         request_state.online_flag(),
         _cpu_alloc_extend(),
     ):
@@ -340,7 +357,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         f"pre-allocation did not admit the request: {done} {failed}"
     )
     pages, aux, state, prefix, cleared_before = sent[0]
-    row = req_pool.req_to_token[req.kv.req_pool_idx]
+    book = _kv(req)
+    row = req_pool.req_to_token[book.req_pool_idx]
     tail = row[case.fill_len - case.swa_tail_len : case.fill_len].to(torch.int64)
     return DecodeTrace(
         pages=int_tuple(pages),
@@ -353,11 +371,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         allocated=int_tuple(row[_announced(prefix, case) : case.fill_len]),
         swa_allocated=int_tuple(_translate_swa(allocator)(tail)) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
-        req_pool_idx=int(req.kv.req_pool_idx),
+        req_pool_idx=int(book.req_pool_idx),
         evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
-        cache_protected_len=int(req.kv.cache_protected_len),
+        cache_protected_len=int(book.cache_protected_len),
     )
 
 
@@ -521,8 +539,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             held.discard(lock)
 
         def dec_lock_ref(self, node: Any, receipt: Any = None, skip_swa: bool = False) -> None:
-            """0.5.21's release of a match's lock (its receipt is the lock ``_match_prefix_and_lock`` took)."""
-            held.discard(getattr(receipt, "swa_uuid_for_lock", receipt))  # 0.5.19: DecLockRefParams
+            """The release of a match's lock: by its receipt (0.5.20 on), its ``swa_uuid_for_lock`` (0.5.19: bare or
+            in ``DecLockRefParams``) or its node alone (0.5.18) - each the lock ``_match_prefix_and_lock`` took."""
+            lock = node if receipt is None else receipt
+            held.discard(getattr(lock, "swa_uuid_for_lock", lock))
 
         def maybe_hand_to_session(self, req: Any) -> None:
             pass
@@ -535,6 +555,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def evict_for_alloc(self, params: Any) -> Any:
             return SimpleNamespace(num_tokens_evicted=0)  # nothing evictable: the case's pools are what there is
+
+        evict = evict_for_alloc  # 0.5.18's name
+
+        def evictable_size(self) -> int:  # read by 0.5.18's log line when eviction falls short
+            return 0
+
+        def protected_size(self) -> int:
+            return 0
 
     class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, **kw: Any) -> int:
@@ -553,7 +581,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             locations = [p * ps + o for p in pages for o in range(ps)]
             req.lock = self.tree_cache.lock(req.rid) if pages else None
             # 0.5.20 on release through dec_lock_ref(node, receipt); 0.5.19 passes the lock's swa_uuid_for_lock
-            req.last_node, req.lock_receipt, req.swa_uuid_for_lock = None, req.lock, req.lock
+            req.last_node = req.lock_receipt = req.swa_uuid_for_lock = req.lock
             return DecodePrefixMatch(
                 prefix_indices=torch.tensor(locations, dtype=torch.int64),
                 l2_host_hit_length=0,
@@ -628,7 +656,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     q.scheduler.server_args = disagg  # 0.5.19 and earlier read the flags there
     with (
         mock.patch.object(decode, "get_disagg", lambda: disagg),
-        mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not case.radix)),
+        _memory_flags(decode, case.radix),
         _cpu_alloc_extend(),
     ):
         done, failed = q.pop_preallocated(rids_to_check=checked)
@@ -645,11 +673,12 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             host_slots = int_tuple(d.req.kv.retraction_backup.host_indices)
             admissions.append(Admission(i, pages, dtype, int(buffer), -1, host_slots, (), True))
             continue
-        row = req_pool.req_to_token[d.req.kv.req_pool_idx]
+        book = _kv(d.req)
+        row = req_pool.req_to_token[book.req_pool_idx]
         prefix = case.prefix_len(i)
         fresh = int_tuple(row[prefix : case.requests[i].fill_len])
         admissions.append(
-            Admission(i, pages, dtype, int(buffer), int(d.req.kv.req_pool_idx), fresh, int_tuple(row[:prefix]))
+            Admission(i, pages, dtype, int(buffer), int(book.req_pool_idx), fresh, int_tuple(row[:prefix]))
         )
     return queue_trace(
         admissions,

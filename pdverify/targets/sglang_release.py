@@ -55,11 +55,12 @@ the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``Def
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
 ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
 met by the drivers; the inputs of later features are outside an earlier release's domain)."""
-DECODE_PREALLOC_DRIVER_FROM = "0.5.19"
-"""The first release the decode pre-allocation driver runs on: ``pop_preallocated`` with the destination and state
-lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state through
-``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21) and, in
-0.5.19, named ``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation
+DECODE_PREALLOC_DRIVER_FROM = "0.5.18"
+"""The first release the decode pre-allocation driver runs on (0.5.18 keeps the request's KV bookkeeping on the
+request, reads ``disable_radix_cache`` from ``server_args``, evicts by ``tree_cache.evict``): ``pop_preallocated``
+with the destination and state lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state
+through ``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21)
+and, in 0.5.18 and 0.5.19, named ``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation
 ``translate_loc_from_full_to_swa``."""
 WIRE_DRIVER_FROM = "0.4.5.post1"
 """The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
@@ -101,20 +102,21 @@ held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.17 and earlier read the staging chunk size from the scheduler's server_args (no "
     "get_schedule) and have no unified-memory translation (#33362); a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.18 and earlier have no SWA-tail pre-allocation and no get_memory(), release a matched "
-    "prefix by dec_lock_ref(node) (as the queue's reason says) and register fewer state types (no BLOCK_SCALE before "
-    "0.5.19); a driver for those forms is not written yet",
+    "decode_prealloc": "0.5.17 reads the global server arguments in pre-allocation (get_global_server_args, "
+    "which only a running server publishes) and 0.5.16 and earlier have no get_disagg(); a driver for those forms "
+    "is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.5.18 and earlier have no SWA-tail pre-allocation (_reclaim_swa_tail_capacity) and no "
-    "get_memory(), release a matched prefix by dec_lock_ref(node), evict through the radix tree's evict (not "
-    "evict_for_alloc), keep the request's KV bookkeeping on the request (no req.kv: req_pool_idx, kv_committed_len, "
-    "set_extend_input_len) "
-    "and before 0.5.16 have no rebootstrap, before 0.5.13 no DecodePrefixMatch (decode_hicache_mixin); a driver for "
-    "those forms is not written yet",
+    "decode_queue": "0.5.18 admits a hybrid SWA request against its SWA-tail budget (no _reclaim_swa_tail_capacity "
+    "before 0.5.19), which the driver's budget stand-in leaves unbounded: it needs SGLang's own budget methods "
+    "(docs/stand-ins.md rows 2-4). 0.5.17 and earlier also have no get_memory(), release a matched prefix by "
+    "dec_lock_ref(node), evict through the radix tree's evict (not evict_for_alloc), keep the request's KV bookkeeping "
+    "on the request (no req.kv: req_pool_idx, kv_committed_len, set_extend_input_len) and before 0.5.16 have no "
+    "rebootstrap, before 0.5.13 no DecodePrefixMatch (decode_hicache_mixin); a driver for those forms is not written "
+    "yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
