@@ -13,6 +13,7 @@ from pdverify.model.exchange import (
     RANK_SPLITS,
     REQUEST_STATE_LAYOUTS,
     STATE_TYPES,
+    SWA_WINDOW_TYPES,
     DecodeCase,
     PrefillCase,
 )
@@ -39,8 +40,8 @@ def prefill_cases(
     """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct pages
     (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in ``[0, L]``
     (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk schedule,
-    one of plain sends / a DCP pack limit (a page multiple) / the staging grid (any ``chunked_prefill_size``, aligned
-    or not), an early cached-prefix send or none (half of them a page-aligned prefix in ``(D, L)``, the kind the code
+    one of plain sends / a DCP pack limit (a page multiple) / the staging grid (a ``chunked_prefill_size`` of 1-4
+    pages), an early cached-prefix send or none (half of them a page-aligned prefix in ``(D, L)``, the kind the code
     sends; the rest any prefix below ``L``, which the code skips when unaligned or within ``D``), an int64
     virtual-to-physical translation (a page table) or none, each page-strided state type on or off by its own coin
     (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding window and its ring, the
@@ -110,11 +111,12 @@ def draw_prefill_sends(
         chunk_ends=ends,
         req_pool_idx=c.integer(0, 3),
         dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
-        chunked_prefill_size=c.integer(1, 4 * ps, lean=ps + 1) if mode == "staging" else None,
+        # staging's chunk size: a page multiple (SGLang's prefill refuses staging with any other)
+        chunked_prefill_size=c.integer(1, 4, lean=1) * ps if mode == "staging" else None,
         early_prefix=early,
         # unified-memory pools (translated int64 ids) came in 0.5.18
         translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
-        state_types=shared.state_types if shared else tuple(c.switches(DOMAIN.state_types(STATE_TYPES), lean=True)),
+        state_types=shared.state_types if shared else tuple(c.switches(_state_types(d), lean=True)),
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
         window=window,
@@ -130,6 +132,13 @@ def draw_prefill_sends(
     if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
         case = replace(case, extra=draw_fields(c))
     return case
+
+
+def _state_types(d: int) -> list[str]:
+    """The state types the bound release registers, less the sliding-window ones where decode holds a prefix
+    (``d > 0``) on a release whose server refuses the decode radix cache for hybrid SWA models (before 0.5.19)."""
+    refused = d > 0 and not DOMAIN.has("swa_decode_prefix")
+    return [k for k in DOMAIN.state_types(STATE_TYPES) if not (refused and k in SWA_WINDOW_TYPES)]
 
 
 def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:
@@ -232,14 +241,15 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(free),
-        state_types=tuple(c.switches(DOMAIN.state_types(STATE_TYPES), lean=True)),
+        state_types=tuple(c.switches(_state_types(d), lean=True)),
         window=window,
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
     # drawn last: earlier choices keep their meaning. A hybrid SWA model's decode radix cache is device-resident only:
     # SGLang refuses it with --enable-hierarchical-cache (kv_cache_builder.py, 0.5.19-0.5.23), so no host hit (D == L1)
-    if swa_pool and ps > 1 and outputs <= 1 and d == l1 and c.boolean(lean=True):
+    swa_ok = not d or DOMAIN.has("swa_decode_prefix")  # SWA models with the decode radix cache: from 0.5.19
+    if swa_pool and ps > 1 and outputs <= 1 and d == l1 and swa_ok and c.boolean(lean=True):
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
         reach = max(window, ps) + 1 if d else window
@@ -249,7 +259,10 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     if swa_pool and d and case.swa_free_pages is None and c.boolean(lean=True):
         short = c.integer(1, len(free))
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
-    if swa_pool and c.boolean(lean=True):  # DeepSeek-V4's request-scoped state (decode only: prefill's port has none)
+    # DeepSeek-V4's request-scoped state (decode only: prefill's port has none); with a decode prefix only where the
+    # release's server accepts the decode radix cache for DeepSeek-V4 (0.5.23, on its unified KV layout)
+    dsv4_ok = not d or DOMAIN.has("dsv4_decode_prefix")
+    if swa_pool and dsv4_ok and c.boolean(lean=True):
         # the ratio-2 pair rings came in 0.5.21: an earlier release is never given one
         layouts = [x for x in REQUEST_STATE_LAYOUTS if x[0] != 2 or DOMAIN.has("dsv4_pair_state")]
         layout = c.pick(layouts, lean=1)  # under a lean the MTP ring: two pages a row

@@ -133,7 +133,9 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         case = replace(case, request_rows=sum(1 for i in range(k) if not case.to_host(i)))
     if case.host_reserved_tokens and c.boolean(lean=True):  # half the passes with a reserve
         case = _host_short_of_reserve(c, case)
-    if ps > 1 and case.host_threshold == 1.0 and c.boolean(lean=(1,)):
+    # a hybrid SWA model with the decode radix cache: accepted from 0.5.19 (refused before)
+    swa_ok = not case.radix or DOMAIN.has("swa_decode_prefix")
+    if ps > 1 and case.host_threshold == 1.0 and swa_ok and c.boolean(lean=(1,)):
         case = _with_swa_pool(c, case)
     if c.boolean(lean=(2,)):
         case = _tight_budget(c, case)

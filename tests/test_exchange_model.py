@@ -44,6 +44,7 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (prefill, {"chunk_ends": (6,)}, "chunk_ends=(6,) must be non-decreasing and end at length"),
         (prefill, {"chunk_ends": (8, 4)}, "chunk_ends"),
         (prefill, {"dcp_max_tokens": 6}, "dcp_max_tokens=6 must be a positive multiple of page_size"),
+        (prefill, {"chunked_prefill_size": 6}, "chunked_prefill_size=6 must be a positive multiple of page_size=4"),
         (prefill, {"chunked_prefill_size": 0}, "chunked_prefill_size"),
         (prefill, {"early_prefix": 8}, "early_prefix=8 must be in [0, length - 1]"),
         (prefill, {"translation": (0, 5)}, "translation has 2 entries but the row holds virtual page"),
@@ -159,8 +160,8 @@ def test_sender_and_bootstrap_cases_reject_bad_input(make: Any, message: str) ->
 
 
 def test_in_contract_cases() -> None:
-    case = prefill(chunked_prefill_size=6, translation=tuple(range(100, 130)))
-    assert case.grid == 4 and case.index_dtype == "int64" and prefill().grid is None
+    case = prefill(chunked_prefill_size=8, translation=tuple(range(100, 130)))
+    assert case.grid == 8 and case.index_dtype == "int64" and prefill().grid is None
     d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)
     assert d.l1_prefix == 4 and d.fill_len == 8
     assert decode(swa_free_pages=(3, 4)).swa_tail_len == 4 and decode().swa_tail_len == 0

@@ -40,6 +40,11 @@ lives on rank ``l % N`` as local page ``l // N``; each rank sends the pages it o
 rank 0 sends; the others are dummy participants that report success at the last chunk)."""
 
 
+SWA_WINDOW_TYPES: tuple[str, ...] = ("SWA", "BLOCK_SCALE_SWA")
+"""The state types of a hybrid SWA model's sliding-window layers: with a decode prefix, only where the release's server
+accepts the decode radix cache for such a model (input feature ``swa_decode_prefix``)."""
+
+
 DECODE_STATE_TYPES: tuple[str, ...] = (*STATE_TYPES, "DSV4_REQUEST_STATE")
 """Decode's state types: the page-strided ones and DeepSeek-V4's request-scoped state, whose slots the pool
 addresses by request row (``request_state_transfer_indices``) and which decode clears on a reused row first."""
@@ -96,7 +101,8 @@ class PrefillCase:
     dcp_max_tokens: int | None = None
     """The peer's DCP pack limit in tokens (a page multiple, as ``ceil_align`` makes it), or no limit."""
     chunked_prefill_size: int | None = None
-    """Staging on: the grid is ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
+    """Staging on (a positive multiple of the page size, as SGLang's prefill requires): the grid is
+    ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
     early_prefix: int | None = None
     host_hit_length: int = 0
     """The part of the request's cached prefix that is a HiCache host hit still loading back, behind the device
@@ -168,6 +174,8 @@ class PrefillCase:
             used.append("dcp_pack_limit")
         if self.translation is not None:
             used.append("translated_ids")
+        if self.decode_prefix and any(k in SWA_WINDOW_TYPES for k in self.state_types):
+            used.append("swa_decode_prefix")
         return tuple(used)
 
     def __post_init__(self) -> None:
@@ -193,6 +201,13 @@ class PrefillCase:
             raise ValueError(f"dcp_max_tokens={self.dcp_max_tokens} must be a positive multiple of page_size")
         if self.chunked_prefill_size is not None:
             require_int("chunked_prefill_size", self.chunked_prefill_size, minimum=1)
+            if self.chunked_prefill_size % self.page_size:
+                # PrefillBootstrapQueue.__init__ (every release with staging): "SGLANG_DISAGG_STAGING_BUFFER requires a
+                # positive chunked_prefill_size that is a multiple of page_size"
+                raise ValueError(
+                    f"chunked_prefill_size={self.chunked_prefill_size} must be a positive multiple of page_size="
+                    f"{self.page_size}: SGLang's prefill refuses staging with any other chunk size"
+                )
         if self.early_prefix is not None and not 0 <= self.early_prefix < max(1, self.length):
             raise ValueError(f"early_prefix={self.early_prefix} must be in [0, length - 1]")
         require_int("host_hit_length", self.host_hit_length, minimum=0)
@@ -361,6 +376,11 @@ class DecodeCase:
         used = [f"state:{name}" for name in self.state_types]
         if "DSV4_REQUEST_STATE" in self.state_types and self.request_state[0] == 2:
             used.append("dsv4_pair_state")
+        swa = self.swa_free_pages is not None or any(k in SWA_WINDOW_TYPES for k in self.state_types)
+        if self.decode_prefix and swa:
+            used.append("swa_decode_prefix")
+        if self.decode_prefix and "DSV4_REQUEST_STATE" in self.state_types:
+            used.append("dsv4_decode_prefix")
         return tuple(used)
 
     def __post_init__(self) -> None:

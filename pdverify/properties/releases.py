@@ -155,6 +155,13 @@ FROM_DCP_PACK_LIMIT = Contract(
     "0.5.21",
     "0.5.21",
 )
+FROM_SWA_DECODE_PREFIX = Contract(
+    "the decode radix cache for hybrid SWA models (a decode prefix with sliding-window state), first in sglang 0.5.19",
+    "0.5.19",
+)
+FROM_DSV4_DECODE_PREFIX = Contract(
+    "the decode radix cache for DeepSeek-V4 (on its unified KV layout), first in sglang 0.5.23", "0.5.23"
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -173,6 +180,8 @@ FEATURES: dict[str, Contract] = {
     "state:QSA_COMPRESSED": FROM_QSA_STATE,
     "kv_checksum": FROM_KV_CHECKSUM,
     "dcp_pack_limit": FROM_DCP_PACK_LIMIT,
+    "swa_decode_prefix": FROM_SWA_DECODE_PREFIX,
+    "dsv4_decode_prefix": FROM_DSV4_DECODE_PREFIX,
 }
 """Input feature -> the first release that has it."""
 

@@ -166,7 +166,7 @@ class TorchWithoutCuda:
 
 @contextmanager
 def _patched_schedule(prefill: Any, chunked_prefill_size: int | None) -> Iterator[None]:
-    if chunked_prefill_size is None:
+    if chunked_prefill_size is None or not hasattr(prefill, "get_schedule"):  # 0.5.17: the send reads no grid
         yield
         return
     with mock.patch.object(prefill, "get_schedule", lambda: SimpleNamespace(chunked_prefill_size=chunked_prefill_size)):
