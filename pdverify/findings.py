@@ -450,6 +450,23 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return got == want if m.group(1) in ("admitted", "queue after the pass") else sorted(got) == sorted(want)
 
 
+def _t12_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S12 with the staging buffer on (a grid): only there does a send have to end on ``D + k * grid``."""
+    case = kwargs.get("case")
+    return isinstance(case, PrefillCase) and case.grid is not None
+
+
+def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S12's grid clauses, and only as a send that ignores the grid gives them: a non-final send ending on a page
+    boundary off the grid, or a send longer than the grid."""
+    case: PrefillCase = kwargs["case"]
+    off = re.match(r"a non-final send ends at token (\d+), not on an allowed boundary", message)
+    if off is not None:
+        return int(off.group(1)) % case.page_size == 0
+    long = re.match(r"a send of (\d+) tokens > (\d+)$", message.splitlines()[0] if message else "")
+    return long is not None and int(long.group(2)) == case.grid
+
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -510,6 +527,17 @@ KNOWN: dict[str, KnownDefect] = {
             also=("Q3", "Q5"),
         ),
         KnownDefect(
+            "T12",
+            "S12",
+            "sglang",
+            ("0.5.17",),
+            "with the staging buffer on, prefill's send_kv_chunk ignores the staging grid: a non-final send ends on "
+            "any page boundary and may span several slots, while decode's staging handler places each send by its "
+            "start slot - KV lands in the wrong place or the request fails (fixed in 0.5.18, upstream #30545)",
+            _t12_shows,
+            _t12_explains,
+        ),
+        KnownDefect(
             "T9",
             "P10",
             "sglang",
@@ -524,13 +552,14 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
+            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # the prefill exchange and decode's pre-allocation are driven from 0.5.18
+            # the prefill exchange is driven from 0.5.17, decode's pre-allocation from 0.5.18
+            narrower=tuple((p, ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")) for p in ("P18p", "D1")),
         ),
         KnownDefect(
             "T6",
@@ -546,7 +575,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T7",
             "S21",
             "sglang",
-            ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
+            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "prefill's early cached-prefix send goes out while a HiCache load-back of the same batch may still be "
             "writing those prefix pages: decode receives stale KV (fixed in 0.5.23, #44070)",
             _t7_shows,
@@ -566,7 +595,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T10",
             "S15",
             "sglang",
-            ("0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "under the overlap scheduler prefill's early cached-prefix send records the prior forward's CUDA event, "
             "but Mooncake's sender never passes it to the transfer: the transfer may read prefix pages the in-flight "
             "forward is still writing (fixed in 0.5.22)",

@@ -229,3 +229,18 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert not t11.explanation("Q5")({"case": radix}, "radix locks held by #0, expected none")
     assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
     assert t11.releases_for("Q3") == ("0.5.19",)
+
+
+def test_t12_is_a_send_off_the_staging_grid() -> None:
+    """T12 (0.5.17) shows only with the staging grid, and explains S12's grid clauses only as a send that ignores the
+    grid gives them: a page-aligned end off the grid, or a send longer than the grid (not the DCP limit)."""
+    t12 = KNOWN["T12"]
+    row = tuple(range(40, 63))
+    staged = {"case": PrefillCase(4, 23, 4, row, (18, 23), chunked_prefill_size=8)}
+    assert t12.shows(staged) and not t12.shows({"case": replace(staged["case"], chunked_prefill_size=None)})
+    off = "a non-final send ends at token 16, not on an allowed boundary: [6, 2, 9] -> dst[0:3]; ..."
+    assert t12.explains(staged, off)
+    assert not t12.explains(staged, off.replace("token 16", "token 17")), "an unaligned end is another defect"
+    assert t12.explains(staged, "a send of 12 tokens > 8")
+    assert not t12.explains(staged, "a send of 12 tokens > 4"), "a limit that is not the grid is not T12"
+    assert not t12.explains(staged, "start_send_idx starts at 0, expected D=4")

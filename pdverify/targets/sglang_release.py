@@ -40,16 +40,17 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
-SCHEDULER_DRIVERS_FROM = "0.5.18"
+SCHEDULER_DRIVERS_FROM = "0.5.17"
 """The first release whose scheduler-level PD code has the form the prefill exchange driver is written against (the
 decode pre-allocation driver's gate is ``DECODE_PREALLOC_DRIVER_FROM``): the bootstrap queue's ``pop_bootstrapped``,
 the early send and ``send_kv_chunk`` with the common KV sender. 0.5.18-0.5.20's ``send_kv_chunk`` does inline what
 0.5.21 splits into ``_send_kv_chunk``, with no KV checksum (``kv_checksum``, #39500) and no DCP pack limit on a send
 (``dcp_pack_limit``, #40376): input features from 0.5.21, never drawn before. Their parallel context refuses to
 override a server-argument leaf (``sglang_prefill._parallel_override`` sets it in the scoped overrides, or in a
-stand-in config bag on 0.5.18, which reads leaves only from the published one); 0.5.19 has the unified allocator in
-``mem_cache/multi_ended_allocator.py`` and no stage-metrics recorder; 0.5.18 keeps ``req_pool_idx`` on the request.
-0.5.17 and earlier read the staging chunk size from ``server_args`` and have no unified-memory translation. From 0.5.21:
+stand-in config bag on 0.5.17 and 0.5.18, which read leaves only from the published one); 0.5.19 has the unified
+allocator in ``mem_cache/multi_ended_allocator.py`` and no stage-metrics recorder; 0.5.17 and 0.5.18 keep
+``req_pool_idx`` on the request; 0.5.17's send reads no staging grid (T12) and it has no unified-memory translation
+(``translated_ids``, 0.5.18). 0.5.16 and earlier read parallel settings from the server arguments. From 0.5.21:
 ``_send_kv_chunk`` / ``_transfer_page_indices`` split out and ``alloc_for_decode_prealloc`` (0.5.21's differences -
 the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``DeferredBootstrap``, translation by
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
@@ -100,8 +101,9 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU,
 held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
-    "prefill_exchange": "0.5.17 and earlier read the staging chunk size from the scheduler's server_args (no "
-    "get_schedule) and have no unified-memory translation (#33362); a driver for those forms is not written yet",
+    "prefill_exchange": "0.5.16 and earlier read parallel settings from the global server arguments (common/conn.py: "
+    "server_args.enable_dsa_cache_layer_split), which only a running server publishes, not from the runtime "
+    "context's parallel namespace; a driver for those forms is not written yet",
     "decode_prealloc": "0.5.17 reads the global server arguments in pre-allocation (get_global_server_args, "
     "which only a running server publishes) and 0.5.16 and earlier have no get_disagg(); a driver for those forms "
     "is not written yet",
