@@ -467,6 +467,9 @@ def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return long is not None and int(long.group(2)) == case.grid
 
 
+T5_RELEASES = ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
+               "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
+
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
     for d in (
@@ -552,14 +555,14 @@ KNOWN: dict[str, KnownDefect] = {
             "T5",
             "P16",
             "sglang",
-            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
+            T5_RELEASES,
             "the DSA and MiniMax index-K state lists go from position 0 on both sides: prefill writes its prefix's "
             "index pages into the pages decode's tree holds for that prefix (fixed in 0.5.23)",
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # the prefill exchange is driven from 0.5.17, decode's pre-allocation from 0.5.18
-            narrower=tuple((p, ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")) for p in ("P18p", "D1")),
+            # decode's pre-allocation is driven from 0.5.13 (DSA's first release), the prefill exchange from 0.5.17
+            narrower=tuple((p, T5_RELEASES[6:]) for p in ("P16", "P18", "P18p")),
         ),
         KnownDefect(
             "T6",

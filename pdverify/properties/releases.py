@@ -162,6 +162,12 @@ FROM_SWA_DECODE_PREFIX = Contract(
 FROM_DSV4_DECODE_PREFIX = Contract(
     "the decode radix cache for DeepSeek-V4 (on its unified KV layout), first in sglang 0.5.23", "0.5.23"
 )
+FROM_SWA_RING_STATE = Contract("the SWA_RING state type (#27935), first in sglang 0.5.14", "0.5.14")
+FROM_MINIMAX_INDEX_K_STATE = Contract("the MINIMAX_INDEX_K state type (#28714), first in sglang 0.5.15", "0.5.15")
+FROM_DSV4_REQUEST_STATE = Contract(
+    "DeepSeek-V4's request-scoped state (C128_STATE, #28612; DSV4_REQUEST_STATE from 0.5.20), first in sglang 0.5.15",
+    "0.5.15",
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -182,6 +188,9 @@ FEATURES: dict[str, Contract] = {
     "dcp_pack_limit": FROM_DCP_PACK_LIMIT,
     "swa_decode_prefix": FROM_SWA_DECODE_PREFIX,
     "dsv4_decode_prefix": FROM_DSV4_DECODE_PREFIX,
+    "state:SWA_RING": FROM_SWA_RING_STATE,
+    "state:MINIMAX_INDEX_K": FROM_MINIMAX_INDEX_K_STATE,
+    "state:DSV4_REQUEST_STATE": FROM_DSV4_REQUEST_STATE,
 }
 """Input feature -> the first release that has it."""
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
 from pdverify.properties.registry import examples, note_event, prop, within_release
+from pdverify.properties.releases import FROM_DSV4_REQUEST_STATE
 from pdverify.strategies import decode_cases
 from pdverify.targets import Target
 
@@ -158,6 +159,7 @@ def pending_request_state(row: int, length: int, layout: tuple[int, bool, int]) 
     "pending partial compression block (none at a block boundary)",
     needs=NEEDS,
     case=decode_cases(max_length=520, max_page_size=128),
+    contract=FROM_DSV4_REQUEST_STATE,  # the state type it is about: a release without it has nothing to check
 )
 def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None:
     within_release(case)

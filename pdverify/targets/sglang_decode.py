@@ -172,6 +172,8 @@ def _request(rid: str, length: int, output_len: int, *, lora: str | None = None,
     for name, value in vars(req.kv).items():
         setattr(req, name, value)
     req.set_extend_range = lambda start, end: setattr(req, "extend_range", range(start, end))
+    # 0.5.13 and 0.5.14 record the chunk length instead (Req.set_extend_input_len; its logprob start left alone)
+    req.set_extend_input_len = lambda n: setattr(req, "extend_input_len", n)
     req.swa_prefix_lock_released = False  # 0.5.21's lock bookkeeping
     return req
 
@@ -185,6 +187,14 @@ def _host_threshold(threshold: float) -> float:
     if threshold >= 1 and Version(sglang.__version__) < Version("0.5.22"):
         return 0.0
     return threshold
+
+
+def _published(module: Any, getter: str, value: Any) -> Any:
+    """``module.getter`` patched to return ``value`` for the call, where the release reads its flags through it
+    (``get_disagg`` from 0.5.17; earlier releases read ``scheduler.server_args``, which the drivers set too)."""
+    if not hasattr(module, getter):
+        return contextlib.nullcontext()
+    return mock.patch.object(module, getter, lambda: value)
 
 
 def _memory_flags(decode: Any, radix: bool) -> Any:
@@ -259,7 +269,11 @@ class _RequestStatePool:  # pragma: no cover - conformance venv
         stack.enter_context(mock.patch.object(dsv4, "ONLINE_C128", self.online))
         stack.enter_context(envs.SGLANG_OPT_USE_ONLINE_COMPRESS.override(self.online))
         speculative = SimpleNamespace(speculative_algorithm="EAGLE" if self.ring == 256 else None)
-        stack.enter_context(mock.patch.object(dsv4, "get_spec", lambda: speculative))
+        # the speculative setting as the release's get_ring_size reads it: get_spec() (0.5.17 on; 0.5.17 also reads
+        # the global server args first, unused), the global server args (0.5.16), the pool's server args (0.5.15)
+        for getter in ("get_spec", "get_server_args", "get_global_server_args"):
+            if hasattr(dsv4, getter):
+                stack.enter_context(mock.patch.object(dsv4, getter, lambda: speculative))
         return stack
 
     def reset_rows(self) -> tuple[int, ...]:
@@ -347,7 +361,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
-        mock.patch.object(decode, "get_disagg", lambda: _disagg(radix=radix)),
+        _published(decode, "get_disagg", _disagg(radix=radix)),
         _memory_flags(decode, radix),
         request_state.online_flag(),
         _cpu_alloc_extend(),
@@ -655,7 +669,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     disagg.disaggregation_decode_host_receive_threshold = _host_threshold(case.host_threshold)
     q.scheduler.server_args = disagg  # 0.5.19 and earlier read the flags there
     with (
-        mock.patch.object(decode, "get_disagg", lambda: disagg),
+        _published(decode, "get_disagg", disagg),
         _memory_flags(decode, case.radix),
         _cpu_alloc_extend(),
     ):

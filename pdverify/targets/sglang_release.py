@@ -56,9 +56,11 @@ the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``Def
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
 ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
 met by the drivers; the inputs of later features are outside an earlier release's domain)."""
-DECODE_PREALLOC_DRIVER_FROM = "0.5.18"
-"""The first release the decode pre-allocation driver runs on (0.5.18 keeps the request's KV bookkeeping on the
-request, reads ``disable_radix_cache`` from ``server_args``, evicts by ``tree_cache.evict``): ``pop_preallocated``
+DECODE_PREALLOC_DRIVER_FROM = "0.5.13"
+"""The first release the decode pre-allocation driver runs on (to 0.5.18 the request's KV bookkeeping is on the
+request, ``disable_radix_cache`` in ``server_args``, eviction by ``tree_cache.evict``; to 0.5.16 no ``get_disagg``, the
+C128 ring's speculative setting from the global server arguments; 0.5.13 and 0.5.14 record the chunk with
+``set_extend_input_len``): ``pop_preallocated``
 with the destination and state lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state
 through ``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21)
 and, in 0.5.18 and 0.5.19, named ``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation
@@ -104,9 +106,8 @@ EARLIER_FORM = {
     "prefill_exchange": "0.5.16 and earlier read parallel settings from the global server arguments (common/conn.py: "
     "server_args.enable_dsa_cache_layer_split), which only a running server publishes, not from the runtime "
     "context's parallel namespace; a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.17 reads the global server arguments in pre-allocation (get_global_server_args, "
-    "which only a running server publishes) and 0.5.16 and earlier have no get_disagg(); a driver for those forms "
-    "is not written yet",
+    "decode_prealloc": "0.5.12 and earlier have no DecodePrefixMatch and no decode HiCache (decode_hicache_mixin came "
+    "with #26227 in 0.5.13), and match the decode prefix inline; a driver for that form is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
