@@ -105,7 +105,8 @@ held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.16 and earlier read parallel settings from the global server arguments (common/conn.py: "
     "server_args.enable_dsa_cache_layer_split), which only a running server publishes, not from the runtime "
-    "context's parallel namespace; a driver for those forms is not written yet",
+    "context's parallel namespace, and 0.5.15 and 0.5.16 assert the early send's device prefix page-aligned, which "
+    "the drawn early prefixes do not keep to; a driver for those forms is not written yet",
     "decode_prealloc": "0.5.12 and earlier have no DecodePrefixMatch and no decode HiCache (decode_hicache_mixin came "
     "with #26227 in 0.5.13), and match the decode prefix inline; a driver for that form is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
