@@ -354,12 +354,14 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
     try:
         from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
     except ImportError:  # to 0.5.21: the unified allocator's own MultiEndedAllocator.translate_kv_loc
-        try:
-            from sglang.srt.mem_cache.allocator.unified_sub_pool import MultiEndedAllocator
-        except ImportError:  # 0.5.19: its own module
-            from sglang.srt.mem_cache.multi_ended_allocator import MultiEndedAllocator
+        import importlib
 
-        full = MultiEndedAllocator.__new__(MultiEndedAllocator)  # its page table and page size: all it reads
+        try:
+            allocators = importlib.import_module("sglang.srt.mem_cache.allocator.unified_sub_pool")
+        except ImportError:  # 0.5.19: its own module
+            allocators = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
+        multi_ended: Any = allocators.MultiEndedAllocator
+        full = multi_ended.__new__(multi_ended)  # its page table and page size: all it reads
         # the page size it translates by: pool_page_size (0.5.20, 0.5.21), page_size (0.5.19; no DCP there)
         full.virtual_to_physical, full.pool_page_size, full.page_size = v2p, case.page_size, case.page_size
         return lambda t: full.translate_kv_loc(t.to(torch.int64))
