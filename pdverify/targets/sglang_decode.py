@@ -189,20 +189,15 @@ def _host_threshold(threshold: float) -> float:
     return threshold
 
 
-def _published(module: Any, getter: str, value: Any) -> Any:
-    """``module.getter`` patched to return ``value`` for the call, where the release reads its flags through it
-    (``get_disagg`` from 0.5.17; earlier releases read ``scheduler.server_args``, which the drivers set too)."""
-    if not hasattr(module, getter):
-        return contextlib.nullcontext()
-    return mock.patch.object(module, getter, lambda: value)
-
-
-def _memory_flags(decode: Any, radix: bool) -> Any:
-    """``decode.get_memory`` patched for the call (the radix cache on or off), where the release reads it (0.5.19 on;
-    0.5.18 reads nothing of it in the pre-allocation path)."""
-    if not hasattr(decode, "get_memory"):
-        return contextlib.nullcontext()
-    return mock.patch.object(decode, "get_memory", lambda: SimpleNamespace(disable_radix_cache=not radix))
+def _published(decode: Any, server_args: Any) -> contextlib.ExitStack:
+    """``decode.get_disagg`` and ``decode.get_memory`` patched to return ``server_args`` (``_disagg``: it holds both
+    namespaces' flags) for the call, each where the release reads its flags through it (``get_disagg`` from 0.5.17,
+    ``get_memory`` from 0.5.19; earlier releases read ``scheduler.server_args``, which the drivers set too)."""
+    stack = contextlib.ExitStack()
+    for getter in ("get_disagg", "get_memory"):
+        if hasattr(decode, getter):
+            stack.enter_context(mock.patch.object(decode, getter, lambda: server_args))
+    return stack
 
 
 def _kv(req: Any) -> Any:
@@ -211,7 +206,8 @@ def _kv(req: Any) -> Any:
 
 
 def _disagg(*, radix: bool) -> Any:
-    """The disaggregation server arguments ``pop_preallocated`` reads (``decode.get_disagg``)."""
+    """The server arguments ``pop_preallocated`` reads: the disaggregation flags (``decode.get_disagg``) and the radix
+    cache switch (``decode.get_memory``), or both from ``scheduler.server_args`` in older releases."""
     return SimpleNamespace(
         disaggregation_decode_host_receive_threshold=1.0,
         disaggregation_decode_enable_radix_cache=radix,
@@ -361,8 +357,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
-        _published(decode, "get_disagg", _disagg(radix=radix)),
-        _memory_flags(decode, radix),
+        _published(decode, q.scheduler.server_args),
         request_state.online_flag(),
         _cpu_alloc_extend(),
     ):
@@ -669,8 +664,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     disagg.disaggregation_decode_host_receive_threshold = _host_threshold(case.host_threshold)
     q.scheduler.server_args = disagg  # 0.5.19 and earlier read the flags there
     with (
-        _published(decode, "get_disagg", disagg),
-        _memory_flags(decode, case.radix),
+        _published(decode, disagg),
         _cpu_alloc_extend(),
     ):
         done, failed = q.pop_preallocated(rids_to_check=checked)
