@@ -467,8 +467,8 @@ def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return long is not None and int(long.group(2)) == case.grid
 
 
-T5_RELEASES = ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
-               "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
+T5_RELEASES = ("0.5.11", "0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17",
+               "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
@@ -561,8 +561,9 @@ KNOWN: dict[str, KnownDefect] = {
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # decode's pre-allocation is driven from 0.5.13 (DSA's first release), the prefill exchange from 0.5.17
-            narrower=tuple((p, T5_RELEASES[6:]) for p in ("P16", "P18", "P18p")),
+            # decode's pre-allocation reaches 0.5.11, the first release with a decode prefix (DSA as the NSA pool's
+            # payload there, the NSA state type in 0.5.12); the prefill exchange is driven from 0.5.17
+            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.17") :]) for p in ("P16", "P18", "P18p")),
         ),
         KnownDefect(
             "T6",

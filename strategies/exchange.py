@@ -216,14 +216,17 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
 
 def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
-    ps = pick_page_size(c, page_size_list(max_page_size))
+    # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
+    ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
     n = boundary_length(c, 1, max_length, ps)
     outputs = c.integer(0, 3, lean=1)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
-    if c.boolean(lean=True):  # decode radix cache (and HiCache) on
+    if DOMAIN.has("decode_prefixes") and c.boolean(lean=True):  # decode radix cache (and HiCache) on
         d = boundary_prefix(c, n, ps)
         l1 = d if c.integer(0, 3) == 3 else c.integer(0, d // ps) * ps  # one time in four the whole hit on device
+        if not DOMAIN.has("decode_hicache"):  # no host hit before decode HiCache (0.5.13): the hit is on device
+            l1 = d
     needed = l1 // ps + pages_needed(fill, ps) + 8
     pages = distinct_sample(c, 1, needed + 32, needed)
     width = fill + ps
@@ -249,6 +252,8 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     # drawn last: earlier choices keep their meaning. A hybrid SWA model's decode radix cache is device-resident only:
     # SGLang refuses it with --enable-hierarchical-cache (kv_cache_builder.py, 0.5.19-0.5.23), so no host hit (D == L1)
     swa_ok = not d or DOMAIN.has("swa_decode_prefix")  # SWA models with the decode radix cache: from 0.5.19
+    # hybrid models in PD from #10912 (0.5.3.post3); an SWA pool at a page size above 1 from #16296 (0.5.8)
+    swa_ok = swa_ok and DOMAIN.has("state_payloads") and DOMAIN.has("swa_paged_pool")
     if swa_pool and ps > 1 and outputs <= 1 and d == l1 and swa_ok and c.boolean(lean=True):
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
@@ -267,9 +272,22 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         layouts = [x for x in REQUEST_STATE_LAYOUTS if x[0] != 2 or DOMAIN.has("dsv4_pair_state")]
         layout = c.pick(layouts, lean=1)  # under a lean the MTP ring: two pages a row
         case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"), request_state=layout)
+    if not DOMAIN.has("state_lists"):  # before #24932 (0.5.12): one state payload, the one the KV pool's type has
+        case = replace(case, state_types=_pool_state(case))
     if REGISTRY:  # registered request fields, drawn last
         case = replace(case, extra=draw_fields(c))
     return case
+
+
+def _pool_state(case: DecodeCase) -> tuple[str, ...]:
+    """The state types of ``case`` a release before the per-type state lists can have: the one its pool's type
+    carries - the SWA window with a hybrid SWA pool, else DSA (DeepSeek's sparse-attention pool) where drawn - and
+    none before state payloads (#10912, 0.5.3.post3), where ``case`` has no SWA pool either."""
+    if not DOMAIN.has("state_payloads"):
+        return ()
+    if case.swa_free_pages is not None:
+        return ("SWA",)
+    return ("DSA",) if "DSA" in case.state_types else ()
 
 
 def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchStrategy[tuple[PrefillCase, DecodeCase]]:

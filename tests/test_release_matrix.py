@@ -106,6 +106,64 @@ def test_strategies_draw_only_the_release_domain(release_domain: Any) -> None:
     assert max(prefixes) > 0, "the current contract draws decode prefixes"
 
 
+DECODE_FEATURES = ("paged_transfer", "decode_prefixes", "decode_hicache", "state_payloads", "state_lists",
+                   "swa_paged_pool")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("release", "absent"),
+    [
+        ("0.4.5.post1", DECODE_FEATURES),
+        ("0.5.3", DECODE_FEATURES[1:]),
+        ("0.5.7", ("decode_prefixes", "decode_hicache", "state_lists", "swa_paged_pool")),
+        ("0.5.10", ("decode_prefixes", "decode_hicache", "state_lists")),
+        ("0.5.11", ("decode_hicache", "state_lists")),
+        ("0.5.12", ("decode_hicache",)),
+        (None, ()),
+    ],
+)
+def test_decode_cases_draw_only_the_release_domain(release_domain: Any, release: str | None,
+                                                   absent: tuple[str, ...]) -> None:  # fmt: skip
+    """What a release's decode pre-allocation can be given: page size 1 before paged transfer (0.4.5.post2), no
+    state before state payloads (0.5.3.post3), no paged SWA pool before 0.5.8, no decode prefix before 0.5.11, one
+    pool-typed state payload before the per-type lists (0.5.12), no host hit before decode HiCache (0.5.13). Each
+    feature absent from the release is never drawn; each present one is drawn."""
+    from pdverify.strategies import decode_cases
+
+    release_domain(release)
+    used: set[str] = set()
+
+    @settings(max_examples=300, database=None, derandomize=True)
+    @given(case=decode_cases())
+    def draw(case: Any) -> None:
+        features = set(case.input_features())
+        assert not features & set(absent), (release, features & set(absent), case)
+        used.update(features)
+
+    draw()
+    assert set(DECODE_FEATURES) - set(absent) <= used, (release, set(DECODE_FEATURES) - set(absent) - used)
+
+
+def test_decode_case_names_its_features() -> None:
+    """``DecodeCase.input_features`` names each release feature a case uses (the gate ``within_release`` reads)."""
+    from dataclasses import replace
+
+    from pdverify.model.exchange import DecodeCase
+
+    base = DecodeCase(1, 4, 0, (), 0, (0,) * 5, (1, 2, 3, 4, 5))
+    assert base.input_features() == ()
+    paged = DecodeCase(4, 8, 0, (4, 5, 6, 7), 4, (0,) * 12, (2, 3, 5))
+    assert set(paged.input_features()) == {"paged_transfer", "decode_prefixes"}
+    hicache = DecodeCase(4, 8, 0, (), 4, (0,) * 12, (2, 3, 5))
+    assert {"decode_prefixes", "decode_hicache"} <= set(hicache.input_features())
+    assert "state_lists" not in replace(base, state_types=("DSA",)).input_features()
+    assert {"state_payloads", "state_lists"} <= set(replace(base, state_types=("SWA",)).input_features())
+    assert "state_lists" in replace(base, state_types=("DSA", "SWA")).input_features()
+    swa = replace(paged, decode_prefix=0, l1_row=(), state_types=("SWA",), swa_free_pages=(1, 2, 3, 4))
+    assert {"state_payloads", "swa_paged_pool"} <= set(swa.input_features())
+    assert "state_lists" not in swa.input_features()
+
+
 def test_pd_pairs_draw_only_the_release_domain(release_domain: Any) -> None:
     """Decode prefixes came in 0.5.11 and int64 (translated) tables with unified-memory PD in 0.5.18; a prompt has a
     token in every release (SGLang refuses an empty one). A pair's input features name what it uses."""
@@ -393,7 +451,8 @@ def test_release_target_resolves_an_old_release_layout(tmp_path: Path) -> None:
     assert "no driver for sglang 0.5.10's form" in sources["decode_queue"]
     # every unit without a driver says which form the release's code has there
     undriven = {u: why for u, why in sources.items() if "no driver" in why}
-    assert len(undriven) == 3 and all("a driver for th" in why for why in undriven.values()), undriven
+    assert sources["decode_prealloc"].endswith("sglang_decode_prealloc (drives sglang 0.5.10's own methods)")
+    assert len(undriven) == 2 and all("a driver for th" in why for why in undriven.values()), undriven
     assert "has no page_align_floor" in sources["page_align_floor"]
     report = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "pdverify.cli.main", "check", "--target", "sglang", "--profile", "ci", "--device",

@@ -374,6 +374,20 @@ class DecodeCase:
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
         used = [f"state:{name}" for name in self.state_types]
+        if self.page_size > 1:
+            used.append("paged_transfer")
+        if self.decode_prefix:
+            used.append("decode_prefixes")
+        if self.decode_prefix > self.l1_prefix:
+            used.append("decode_hicache")
+        if self.state_types or self.swa_free_pages is not None:
+            used.append("state_payloads")
+        if self.swa_free_pages is not None and self.page_size > 1:
+            used.append("swa_paged_pool")
+        # before the per-type state lists a request carries one payload, its pool type's: SWA with an SWA pool, DSA
+        pool_typed = ("SWA",) if self.swa_free_pages is not None else ("DSA",)
+        if self.state_types not in ((), pool_typed):
+            used.append("state_lists")
         if "DSV4_REQUEST_STATE" in self.state_types and self.request_state[0] == 2:
             used.append("dsv4_pair_state")
         swa = self.swa_free_pages is not None or any(k in SWA_WINDOW_TYPES for k in self.state_types)

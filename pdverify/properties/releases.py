@@ -168,6 +168,15 @@ FROM_DSV4_REQUEST_STATE = Contract(
     "DeepSeek-V4's request-scoped state (C128_STATE, #28612; DSV4_REQUEST_STATE from 0.5.20), first in sglang 0.5.15",
     "0.5.15",
 )
+FROM_DECODE_HICACHE = Contract(
+    "decode HiCache: a decode prefix whose host (L2) part is restored while prefill sends (#26227), first in sglang "
+    "0.5.13",
+    "0.5.13",
+)
+FROM_SWA_PAGED_POOL = Contract(
+    "hybrid SWA pools at a page size above 1 (SWATokenToKVPoolAllocator's page_size, #16296), first in sglang 0.5.8",
+    "0.5.8",
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -191,6 +200,9 @@ FEATURES: dict[str, Contract] = {
     "state:SWA_RING": FROM_SWA_RING_STATE,
     "state:MINIMAX_INDEX_K": FROM_MINIMAX_INDEX_K_STATE,
     "state:DSV4_REQUEST_STATE": FROM_DSV4_REQUEST_STATE,
+    "decode_hicache": FROM_DECODE_HICACHE,
+    "state_lists": FROM_STATE_LISTS,
+    "swa_paged_pool": FROM_SWA_PAGED_POOL,
 }
 """Input feature -> the first release that has it."""
 

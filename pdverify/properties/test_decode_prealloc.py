@@ -12,8 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace, state_list_start
-from pdverify.properties.registry import examples, note_event, prop, within_release
-from pdverify.properties.releases import FROM_DSV4_REQUEST_STATE
+from pdverify.properties.registry import Clause, applies, examples, note_event, prop, within_release
+from pdverify.properties.releases import (
+    DECODE_PREFIXES,
+    FROM_DSV4_REQUEST_STATE,
+    FROM_INT32_WIRE,
+    FROM_STATE_PAYLOADS,
+)
 from pdverify.strategies import decode_cases
 from pdverify.targets import Target
 
@@ -73,6 +78,13 @@ def holders(case: DecodeCase, trace: DecodeTrace, d: int) -> list[int | None]:
     "D1",
     "every page in decode's destination lists (main KV, SWA, DSA, MiniMax index-K, full-from-0 state) is the "
     "page the request holds for that position: never page 0, never a stale id of a reused row",
+    clauses=(
+        Clause("destinations", title="the main KV list names the pages the request holds from the announced prefix"),
+        Clause("aux", title="the metadata buffer is the request's"),
+        Clause("int32", FROM_INT32_WIRE, "the main list is int32, as the wire carries it"),
+        Clause("announced_prefix", DECODE_PREFIXES, "the announced prefix lies in [L1, D], page-aligned"),
+        Clause("state_lists", FROM_STATE_PAYLOADS, "each state list names the pages the request holds"),
+    ),
     needs=NEEDS,
     case=decode_cases(),
 )
@@ -84,22 +96,28 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
     within_release(case)
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     ps, n, d = case.page_size, case.length, trace.decode_prefix_len
-    assert trace.dtype == "int32", f"decode's main list is {trace.dtype}, the wire carries int32"
-    # decode promises prefill the prefix it holds or is restoring: all of its hit D, or (declining the host part
-    # of the hit) as little as its device prefix L1 - never more than it has, never less than its device prefix
-    assert isinstance(d, int) and case.l1_prefix <= d <= case.decode_prefix and d % ps == 0, (
-        f"decode sent decode_prefix_len={d}, outside [L1, D] = [{case.l1_prefix}, {case.decode_prefix}] (ps {ps})"
-    )
+    if applies("int32"):
+        assert trace.dtype == "int32", f"decode's main list is {trace.dtype}, the wire carries int32"
+    if applies("announced_prefix"):
+        # decode promises prefill the prefix it holds or is restoring: all of its hit D, or (declining the host part
+        # of the hit) as little as its device prefix L1 - never more than it has, never less than its device prefix
+        assert isinstance(d, int) and case.l1_prefix <= d <= case.decode_prefix and d % ps == 0, (
+            f"decode sent decode_prefix_len={d}, outside [L1, D] = [{case.l1_prefix}, {case.decode_prefix}] (ps {ps})"
+        )
+    else:  # a release before decode prefixes announces none: decode holds nothing before position 0
+        d = 0
     if d < case.decode_prefix:
         note_event("decode declined its host hit (D sent < D matched)")
     held = holders(case, trace, d)
-    assert trace.aux_index == case.aux_index, f"aux {trace.aux_index}, expected {case.aux_index}"
-    lists: list[tuple[str, int, tuple[int, ...]]] = [("main KV", d, trace.pages)]
-    assert len(trace.state) == len(case.state_types), f"{len(trace.state)} state lists for {case.state_types}"
-    for kind, values in zip(case.state_types, trace.state, strict=True):
-        start = state_list_start(kind, page_size=ps, decode_prefix=d, length=n, window=case.window)
-        if start is not None:
-            lists.append((kind, start, values))
+    if applies("aux"):
+        assert trace.aux_index == case.aux_index, f"aux {trace.aux_index}, expected {case.aux_index}"
+    lists: list[tuple[str, int, tuple[int, ...]]] = [("main KV", d, trace.pages)] if applies("destinations") else []
+    if applies("state_lists"):
+        assert len(trace.state) == len(case.state_types), f"{len(trace.state)} state lists for {case.state_types}"
+        for kind, values in zip(case.state_types, trace.state, strict=True):
+            start = state_list_start(kind, page_size=ps, decode_prefix=d, length=n, window=case.window)
+            if start is not None:
+                lists.append((kind, start, values))
     swa_held = swa_holders(case, trace) if case.swa_free_pages is not None else None
     if swa_held is not None:
         note_event("hybrid SWA pool (SWA tail pre-allocation)")
@@ -121,6 +139,7 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
     "page-aligned (SGLang's own assert in mem_cache/common.py; decode's checksum verification starts there)",
     needs=NEEDS,
     case=decode_cases(),
+    contract=DECODE_PREFIXES,  # a release without decode prefixes announces none and its tree owns none
 )
 def test_d4_announced_prefix_is_protected(target: Target, device: str, case: DecodeCase) -> None:
     within_release(case)
@@ -190,6 +209,7 @@ def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None
     "for [L1, fill_len) beyond the free list, none when the free list suffices (and D1 holds for what it registers)",
     needs=NEEDS,
     case=decode_cases(),
+    contract=DECODE_PREFIXES,  # the decode radix cache came with decode prefixes: no cache to evict from before
 )
 def test_d3_evicts_the_shortfall(target: Target, device: str, case: DecodeCase) -> None:
     within_release(case)

@@ -16,6 +16,8 @@ pending). ``decode.get_disagg`` is patched for the call only.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import inspect
 import types
 from types import SimpleNamespace
 from typing import Any, cast
@@ -29,14 +31,55 @@ from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_t
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
+def _paged_module() -> Any:
+    """The module of SGLang's paged KV allocator: ``mem_cache/allocator/paged.py`` from 0.5.13,
+    ``mem_cache/allocator.py`` from 0.4.8, ``mem_cache/paged_allocator.py`` before."""
+    for name in ("allocator.paged", "allocator", "paged_allocator"):
+        try:
+            return importlib.import_module(f"sglang.srt.mem_cache.{name}")
+        except ModuleNotFoundError:
+            continue
+    raise ImportError("no paged KV allocator module in sglang.srt.mem_cache")
+
+
+def _release_class(name: str, *modules: str) -> Any:
+    """SGLang's class ``name`` from the first of ``modules`` (under ``sglang.srt.mem_cache``) that the release has
+    and that defines it: classes moved between modules across releases."""
+    for module in modules:
+        try:
+            found = getattr(importlib.import_module(f"sglang.srt.mem_cache.{module}"), name, None)
+        except ModuleNotFoundError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"no {name} in sglang.srt.mem_cache.{{{', '.join(modules)}}}")
+
+
+def _swa_allocator_class() -> Any:
+    """SGLang's hybrid SWA allocator class: ``mem_cache/allocator/swa.py`` from 0.5.13, ``swa_memory_pool.py`` in
+    0.5.8-0.5.12, ``allocator.py`` before."""
+    return _release_class("SWATokenToKVPoolAllocator", "allocator.swa", "swa_memory_pool", "allocator")
+
+
+def _state_lists_form() -> bool:
+    """Whether the release sends one state list per registered state type (``StateType``, #24932, 0.5.12 on); before,
+    one state payload chosen by the KV pool's type (``isinstance`` of ``SWAKVPool``, ``NSATokenToKVPool``, ...)."""
+    try:
+        conn = importlib.import_module("sglang.srt.disaggregation.base.conn")
+    except ModuleNotFoundError:  # to 0.4.5 the placeholder KVReceiver lives in disaggregation/conn.py
+        return False
+    return hasattr(conn, "StateType")
+
+
 def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any:
     """SGLang's paged KV allocator on CPU, handing out ``free_pages`` in that order."""
-    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
-
+    PagedTokenToKVPoolAllocator = _paged_module().PagedTokenToKVPoolAllocator
+    if not hasattr(PagedTokenToKVPoolAllocator, "alloc"):  # to 0.4.4.post4: paged allocation is not wired up yet
+        return _token_allocator(free_pages, page_size, kvcache)
     pool_pages = max(free_pages, default=0) + 1
-    allocator: Any = PagedTokenToKVPoolAllocator(
-        pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache, need_sort=False
-    )
+    sort = {"need_sort": False} if "need_sort" in inspect.signature(PagedTokenToKVPoolAllocator).parameters else {}
+    allocator: Any = PagedTokenToKVPoolAllocator(pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache,
+                                                 **sort)  # fmt: skip
     allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
     allocator.release_pages = torch.empty((0,), dtype=torch.int64)
     # no SWA pool: the full-to-SWA translation is the identity (translate_loc_from_full_to_swa before 0.5.20)
@@ -44,6 +87,17 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     # SGLang's own checks of what it hands out (SGLANG_DEBUG_MEMORY_POOL): last_loc agrees with the prefix length
     # modulo the page size, fresh slots are distinct - stated contracts of the allocator, asserted by its own code
     allocator.debug_mode = True
+    return allocator
+
+
+def _token_allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any:
+    """SGLang's token-level KV allocator (``TokenToKVPoolAllocator``), the one decode allocates from before paged
+    allocation (0.4.4.post2-0.4.4.post4, page size 1 only), handing out ``free_pages`` in that order."""
+    TokenToKVPoolAllocator = _release_class("TokenToKVPoolAllocator", "memory_pool")  # allocator.py from 0.4.5
+    if page_size != 1:
+        raise ValueError(f"page_size={page_size}: this release allocates token slots only (page size 1)")
+    allocator: Any = TokenToKVPoolAllocator(max(free_pages, default=0) + 1, torch.int64, "cpu", kvcache)
+    allocator.free_slots = torch.tensor(free_pages, dtype=torch.int64)
     return allocator
 
 
@@ -61,9 +115,15 @@ class AllocExtendKernel:
         (bs,) = grid
 
         def launch(pre_lens: Any, seq_lens: Any, last_loc: Any, free_pages: Any, out: Any, *meta: Any) -> None:
-            ps = int(meta[-1])
+            # to 0.5.1 the kernel also returns (new pages << 32 | extend tokens) in ret_values, its sixth argument,
+            # and takes (bs_upper, page_size, max_num_extend_tokens); later (bs_upper, page_size)
+            ret = meta[0] if isinstance(meta[0], torch.Tensor) else None
+            ps = int(meta[2] if ret is not None else meta[-1])
             pre, seq, last = pre_lens.tolist(), seq_lens.tolist(), last_loc.tolist()
             free = free_pages.tolist()
+            if ret is not None:
+                new_pages = sum(-(-seq[k] // ps) - -(-pre[k] // ps) for k in range(bs))
+                ret.fill_(new_pages << 32 | sum(seq[k] - pre[k] for k in range(bs)))
 
             def page(k: int) -> int:
                 return int(free[k]) if 0 <= k < len(free) else 0
@@ -92,10 +152,8 @@ class AllocExtendKernel:
 def _cpu_alloc_extend() -> Any:
     """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's
     ``alloc_extend`` has no CPU path; a no-op where it calls its own ``alloc_extend_naive`` (0.5.22 on)."""
-    import inspect
 
-    from sglang.srt.mem_cache.allocator import paged
-
+    paged = _paged_module()
     if "alloc_extend_naive(" in inspect.getsource(paged.PagedTokenToKVPoolAllocator.alloc_extend):
         return contextlib.nullcontext()
     return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
@@ -127,6 +185,8 @@ def _queue_base() -> Any:
 
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
             return 10**9
+
+        _allocatable_tokens = _allocatable_token_budgets  # the budget's name to 0.5.11
 
     return Queue
 
@@ -175,6 +235,7 @@ def _request(rid: str, length: int, output_len: int, *, lora: str | None = None,
     # 0.5.13 and 0.5.14 record the chunk length instead (Req.set_extend_input_len; its logprob start left alone)
     req.set_extend_input_len = lambda n: setattr(req, "extend_input_len", n)
     req.swa_prefix_lock_released = False  # 0.5.21's lock bookkeeping
+    req.add_latency = lambda stage: None  # request-stage timing (0.5.3.post3-0.5.7)
     return req
 
 
@@ -233,8 +294,6 @@ class _RequestStatePool:  # pragma: no cover - conformance venv
         self.online = False
         if "DSV4_REQUEST_STATE" not in case.state_types:
             return
-        import inspect
-
         from sglang.srt.mem_cache import deepseek_v4_memory_pool as dsv4
         from sglang.srt.mem_cache.deepseek_v4_compress_state import CompressStatePool
 
@@ -281,10 +340,13 @@ class _RequestStatePool:  # pragma: no cover - conformance venv
 
 def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import decode
-    from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
 
     ps, radix = case.page_size, case.decode_prefix > 0
+    lists = _state_lists_form()
     kvcache: Any = SimpleNamespace()
+    if not lists and "DSA" in case.state_types:  # the payload follows the pool's type: DeepSeek's sparse-attention pool
+        nsa = _release_class("NSATokenToKVPool", "memory_pool")
+        kvcache = nsa.__new__(nsa)
     if case.swa_free_pages is None:
         allocator = _allocator(case.free_pages, ps, kvcache)
     else:
@@ -293,7 +355,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
                         ("unified_swa_window", case.window), ("kpool_use_compress", False)):  # fmt: skip
         setattr(kvcache, name, value)
     width = len(case.stale_row)
-    req_pool = decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
+    req_pool = _request_rows(decode, width)
     request_state = _RequestStatePool(case, kvcache, rows=req_pool.req_to_token.shape[0])
     req_pool.req_to_token[:, :width] = torch.tensor(case.stale_row, dtype=torch.int32)
     sent: list[tuple[Any, ...]] = []
@@ -302,18 +364,18 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         supports_host_destination = False
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
+            if not lists:  # one payload, the pool's (or None), before the state lists: as a list per state type
+                state = [] if state is None else [state]
             sent.append((pages, aux, state, decode_prefix_len, request_state.reset_rows()))
+
+        def init(self, pages: Any, aux: Any, state: Any = None) -> None:  # the same hand-over's name to 0.5.9
+            self.send_metadata(pages, aux, state)
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
     class Queue(_queue_base()):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
-            return DecodePrefixMatch(
-                prefix_indices=l1,
-                l2_host_hit_length=case.decode_prefix - case.l1_prefix,
-                l3_storage_hit_length=0,
-                last_device_node=None,
-            )
+            return _prefix_match(l1, case.decode_prefix - case.l1_prefix)
 
         def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
             return 10**9, 10**9
@@ -349,7 +411,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
     q.token_to_kv_pool = kvcache
-    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=[_state_type(k) for k in case.state_types]))
+    state_types = [_state_type(k) for k in case.state_types] if lists else []  # before the lists: the pool's type
+    q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
     req = _request("r0", case.length, case.output_len)
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
@@ -361,7 +424,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         request_state.online_flag(),
         _cpu_alloc_extend(),
     ):
-        done, failed = q.pop_preallocated()
+        result = q.pop_preallocated()
+    done, failed = result if isinstance(result, tuple) else (result, [])  # no failed list to 0.5.3.post3
     assert len(done) == 1 and not failed and len(sent) == 1, (
         f"pre-allocation did not admit the request: {done} {failed}"
     )
@@ -388,8 +452,19 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     )
 
 
-STATE_TYPE_NAMES = {"DSV4_REQUEST_STATE": "C128_STATE"}
-"""A state type's name in releases before its rename (0.5.20 renamed C128_STATE DSV4_REQUEST_STATE)."""
+def _request_rows(decode: Any, width: int) -> Any:
+    """Decode's request-to-token pool of four rows of ``width`` slots: ``DecodeReqToTokenPool`` (two rows and two
+    pre-allocation rows) from 0.4.7, the plain ``ReqToTokenPool`` decode used before."""
+    if hasattr(decode, "DecodeReqToTokenPool"):
+        return decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    return ReqToTokenPool(4, width, "cpu", False)
+
+
+STATE_TYPE_NAMES = {"DSV4_REQUEST_STATE": "C128_STATE", "DSA": "NSA"}
+"""A state type's name in releases before its rename (0.5.20 renamed C128_STATE DSV4_REQUEST_STATE; 0.5.13 renamed
+NSA DSA)."""
 
 
 def _state_type(name: str) -> Any:
@@ -397,6 +472,20 @@ def _state_type(name: str) -> Any:
     from sglang.srt.disaggregation.base.conn import StateType
 
     return getattr(StateType, name, None) or StateType[STATE_TYPE_NAMES.get(name, name)]
+
+
+def _prefix_match(device: torch.Tensor, host_hit: int) -> Any:
+    """What the release's ``_match_prefix_and_lock`` returns for a device (L1) hit ``device`` and a HiCache host hit of
+    ``host_hit`` tokens: a ``DecodePrefixMatch`` from 0.5.13 (#26227, decode HiCache), ``(prefix indices, prefix
+    length)`` before (0.5.11-0.5.12: no host hit, ``DOMAIN.has("decode_hicache")``)."""
+    try:
+        from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
+    except ImportError:
+        assert host_hit == 0, f"a host hit of {host_hit} tokens on a release without decode HiCache"
+        return device, len(device)
+    return DecodePrefixMatch(
+        prefix_indices=device, l2_host_hit_length=host_hit, l3_storage_hit_length=0, last_device_node=None
+    )
 
 
 def _translate_swa(allocator: Any) -> Any:
@@ -425,8 +514,8 @@ def _hybrid_swa_pool(
     """SGLang's hybrid SWA allocator (``SWATokenToKVPoolAllocator``: a full and an SWA paged allocator and the
     full-to-SWA index mapping) over a ``SWAKVPool`` without its buffers (``__init__`` skipped: the allocator and
     the decode queue read only its type, the mapping it registers and the page geometry)."""
-    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    SWAKVPool = _release_class("SWAKVPool", "swa_memory_pool", "memory_pool")
+    SWATokenToKVPoolAllocator = _swa_allocator_class()
 
     kvcache: Any = SWAKVPool.__new__(SWAKVPool)
     kvcache.page_size, kvcache.full_kv_pool, kvcache.swa_kv_pool = ps, None, None

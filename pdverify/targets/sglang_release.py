@@ -56,15 +56,26 @@ the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``Def
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
 ``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
 met by the drivers; the inputs of later features are outside an earlier release's domain)."""
-DECODE_PREALLOC_DRIVER_FROM = "0.5.13"
-"""The first release the decode pre-allocation driver runs on (to 0.5.18 the request's KV bookkeeping is on the
-request, ``disable_radix_cache`` in ``server_args``, eviction by ``tree_cache.evict``; to 0.5.16 no ``get_disagg``, the
-C128 ring's speculative setting from the global server arguments; 0.5.13 and 0.5.14 record the chunk with
-``set_extend_input_len``): ``pop_preallocated``
-with the destination and state lists inline (``_transfer_page_indices`` from 0.5.21), DeepSeek-V4's request state
-through ``get_dsv4_c128_state_indices`` / ``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21)
-and, in 0.5.18 and 0.5.19, named ``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation
-``translate_loc_from_full_to_swa``."""
+DECODE_PREALLOC_DRIVER_FROM = "0.4.4.post2"
+"""The first release the decode pre-allocation driver runs on: every release (``pop_preallocated`` and ``_pre_alloc``
+are decode's from the first PD release). The forms it meets: to 0.5.18 the request's KV bookkeeping is on the request,
+``disable_radix_cache`` in ``server_args``, eviction by ``tree_cache.evict``; to 0.5.16 no ``get_disagg``, the C128
+ring's speculative setting from the global server arguments; 0.5.13 and 0.5.14 record the chunk with
+``set_extend_input_len``; DeepSeek-V4's request state through ``get_dsv4_c128_state_indices`` /
+``clear_c128_req_state`` (``request_state_transfer_indices`` from 0.5.21) and, in 0.5.18 and 0.5.19, named
+``C128_STATE`` (``sglang_decode.STATE_TYPE_NAMES``) with the SWA translation ``translate_loc_from_full_to_swa``;
+0.5.11 and 0.5.12 match the decode prefix as ``(indices, length)`` (``DecodePrefixMatch`` and decode HiCache from
+0.5.13, #26227: the ``decode_hicache`` input feature), 0.5.12 names DSA ``NSA``; to 0.5.11 one state payload chosen by
+the KV pool's type (``isinstance`` of ``SWAKVPool`` / ``NSATokenToKVPool``: the driver builds the pool's class; one
+list per ``StateType`` from 0.5.12, #24932: the ``state_lists`` input feature), the budget named
+``_allocatable_tokens``; to 0.5.10 no decode prefix (``decode_prefixes``, 0.5.11: D3, D4 and D1's announced-prefix
+clause are not applicable) and the receiver's ``init`` for ``send_metadata``; to 0.5.7 the hybrid SWA allocator is
+token-granular (``swa_paged_pool``, #16296, 0.5.8); to 0.5.3.post3 no state payload (``state_payloads``, #10912) and
+``pop_preallocated`` returns the admitted list alone; to 0.5.1 the Triton ``alloc_extend_kernel`` also returns its
+page count (``AllocExtendKernel`` meets both); to 0.4.10 the allocator takes no ``need_sort``, to 0.4.7.post1 it lives
+in ``mem_cache/paged_allocator.py``; to 0.4.6.post5 decode's rows are a plain ``ReqToTokenPool``; to 0.4.7 the page list
+is int64 (``FROM_INT32_WIRE``: D1's int32 clause); to 0.4.5.post1 token slots (``paged_transfer``, #5561: page size 1
+only) and to 0.4.4.post4 the token-level ``TokenToKVPoolAllocator``."""
 WIRE_DRIVER_FROM = "0.4.5.post1"
 """The first release the wire driver runs on: the first with a metadata wire (``KV_TRANSPORT_FROM``). The driver
 records the frames the Mooncake receiver sends its prefill peer - the one peer of ``bootstrap_info`` with the
@@ -107,8 +118,6 @@ EARLIER_FORM = {
     "server_args.enable_dsa_cache_layer_split), which only a running server publishes, not from the runtime "
     "context's parallel namespace, and 0.5.15 and 0.5.16 assert the early send's device prefix page-aligned, which "
     "the drawn early prefixes do not keep to; a driver for those forms is not written yet",
-    "decode_prealloc": "0.5.12 and earlier have no DecodePrefixMatch and no decode HiCache (decode_hicache_mixin came "
-    "with #26227 in 0.5.13), and match the decode prefix inline; a driver for that form is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
