@@ -43,6 +43,14 @@ def test_alloc_extend_stand_in_matches_sglangs_own_cpu_path(batch: Batch) -> Non
     n = sum(q - p for p, q in zip(pre, seq, strict=True))
     want = torch.full((n,), -7, dtype=torch.int64)
     paged.alloc_extend_naive(*args, want, ps, "cpu")
-    got = torch.full((n,), -7, dtype=torch.int64)
-    AllocExtendKernel()[(len(pre),)](*args, got, 4, ps)
-    assert got.tolist() == want.tolist(), (ps, pre, seq, last, free)
+    new_pages = sum(-(-q // ps) - -(-p // ps) for p, q in zip(pre, seq, strict=True))
+    # each release's constants after out_indices: (bs_upper, page_size) from 0.5.19 on; (bs_upper, page_size,
+    # max_num_extend_tokens) before; to 0.5.1 ret_values first, which the kernel fills with (pages << 32 | tokens)
+    for form in ("current", "max_extend", "ret_values"):
+        got = torch.full((n,), -7, dtype=torch.int64)
+        ret = torch.empty((), dtype=torch.int64)
+        meta = {"current": (4, ps), "max_extend": (4, ps, 64), "ret_values": (ret, 4, ps, 64)}[form]
+        AllocExtendKernel()[(len(pre),)](*args, got, *meta)
+        assert got.tolist() == want.tolist(), (form, ps, pre, seq, last, free)
+        if form == "ret_values":
+            assert int(ret) == new_pages << 32 | n, (int(ret), new_pages, n)

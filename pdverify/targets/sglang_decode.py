@@ -115,10 +115,11 @@ class AllocExtendKernel:
         (bs,) = grid
 
         def launch(pre_lens: Any, seq_lens: Any, last_loc: Any, free_pages: Any, out: Any, *meta: Any) -> None:
-            # to 0.5.1 the kernel also returns (new pages << 32 | extend tokens) in ret_values, its sixth argument,
-            # and takes (bs_upper, page_size, max_num_extend_tokens); later (bs_upper, page_size)
+            # the constants follow out_indices: to 0.5.1 (ret_values, bs_upper, page_size, max_num_extend_tokens) - the
+            # kernel also returns (new pages << 32 | extend tokens) in ret_values -, then (bs_upper, page_size,
+            # max_num_extend_tokens), later (bs_upper, page_size): the page size is the one after bs_upper
             ret = meta[0] if isinstance(meta[0], torch.Tensor) else None
-            ps = int(meta[2] if ret is not None else meta[-1])
+            ps = int(meta[2] if ret is not None else meta[1])
             pre, seq, last = pre_lens.tolist(), seq_lens.tolist(), last_loc.tolist()
             free = free_pages.tolist()
             if ret is not None:
@@ -150,11 +151,12 @@ class AllocExtendKernel:
 
 
 def _cpu_alloc_extend() -> Any:
-    """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` where the release's
-    ``alloc_extend`` has no CPU path; a no-op where it calls its own ``alloc_extend_naive`` (0.5.22 on)."""
-
+    """Patch SGLang's Triton ``alloc_extend_kernel`` with ``AllocExtendKernel`` wherever the release's allocator
+    module has it: ``alloc_extend`` launches it on every device up to 0.5.21 (0.5.9-0.5.21 fall back to their own
+    ``alloc_extend_naive`` only for an extend past Triton's tensor limit), and from 0.5.22 only where
+    ``use_triton_kernels`` holds (off on CPU: it runs ``alloc_extend_naive`` and never reaches the patch)."""
     paged = _paged_module()
-    if "alloc_extend_naive(" in inspect.getsource(paged.PagedTokenToKVPoolAllocator.alloc_extend):
+    if not hasattr(paged, "alloc_extend_kernel"):
         return contextlib.nullcontext()
     return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
 
