@@ -467,6 +467,36 @@ def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return long is not None and int(long.group(2)) == case.grid
 
 
+def _s19_case(kwargs: Mapping[str, Any]) -> Any:
+    """S19's effective case: the drawn one with its settings (and the default attention DP) applied, as the property
+    builds it."""
+    from dataclasses import replace
+
+    case, settings = kwargs.get("case"), kwargs.get("settings") or {}
+    if not isinstance(case, PrefillCase):
+        return None
+    case = replace(case, **{**settings, "deferred_room": None})
+    return case if case.attention_dp is not None else replace(case, attention_dp=(2, 0, "query", False))
+
+
+def _t13_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S19 with a request the router placed on a DP rank (``disagg_prefill_dp_rank``): the sender is not told."""
+    case = _s19_case(kwargs)
+    return case is not None and case.attention_dp[3]
+
+
+def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S19's message exactly as a sender that treats a placed request as unplaced gives it: in query mode the
+    registration of its own rank (nothing expected), following the room a failure where its rank is not room % DP."""
+    case = _s19_case(kwargs)
+    ranks, rank, method, placed = case.attention_dp
+    if not placed:
+        return False
+    if method == "query":
+        return message.startswith(f"registered [({case.bootstrap_room}, {rank})], expected []")
+    return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
+
+
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17",
                "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
@@ -530,6 +560,17 @@ KNOWN: dict[str, KnownDefect] = {
             also=("Q3", "Q5"),
         ),
         KnownDefect(
+            "T13",
+            "S19",
+            "sglang",
+            ("0.5.15", "0.5.15.post1"),
+            "a request the router placed on a prefill DP rank (disagg_prefill_dp_rank) is handled as an unplaced one: "
+            "when the load balancer follows the bootstrap room, prefill aborts it unless its rank is room % DP; in "
+            "query mode it registers its rank, which decode never asks for (fixed in 0.5.16, upstream #27546)",
+            _t13_shows,
+            _t13_explains,
+        ),
+        KnownDefect(
             "T12",
             "S12",
             "sglang",
@@ -562,8 +603,8 @@ KNOWN: dict[str, KnownDefect] = {
             _t5_explains,
             also=("P18", "P18p", "D1"),
             # decode's pre-allocation reaches 0.5.11, the first release with a decode prefix (DSA as the NSA pool's
-            # payload there, the NSA state type in 0.5.12); the prefill exchange is driven from 0.5.17
-            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.17") :]) for p in ("P16", "P18", "P18p")),
+            # payload there, the NSA state type in 0.5.12); the prefill exchange is driven from 0.5.15
+            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.15") :]) for p in ("P16", "P18", "P18p")),
         ),
         KnownDefect(
             "T6",
@@ -579,7 +620,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T7",
             "S21",
             "sglang",
-            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
+            ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"),
             "prefill's early cached-prefix send goes out while a HiCache load-back of the same batch may still be "
             "writing those prefix pages: decode receives stale KV (fixed in 0.5.23, #44070)",
             _t7_shows,
@@ -599,10 +640,10 @@ KNOWN: dict[str, KnownDefect] = {
             "T10",
             "S15",
             "sglang",
-            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "under the overlap scheduler prefill's early cached-prefix send records the prior forward's CUDA event, "
-            "but Mooncake's sender never passes it to the transfer: the transfer may read prefix pages the in-flight "
-            "forward is still writing (fixed in 0.5.22)",
+            "but Mooncake's sender never passes it to the transfer (0.5.15 records none): the transfer may read prefix "
+            "pages the in-flight forward is still writing (fixed in 0.5.22)",
             _t10_shows,
             _t10_explains,
         ),

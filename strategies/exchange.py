@@ -154,7 +154,10 @@ def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -
         return None
     if lo <= hi and c.boolean(lean=True):
         return c.integer(lo, hi) * ps
-    return c.integer(0, n - 1)
+    prefix = c.integer(0, n - 1)
+    if prefix > d and not DOMAIN.has("dcp_prefill"):  # a cached tail off the page needs prefill-side DCP (#32837)
+        prefix = prefix // ps * ps
+    return prefix
 
 
 def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:

@@ -244,3 +244,24 @@ def test_t12_is_a_send_off_the_staging_grid() -> None:
     assert t12.explains(staged, "a send of 12 tokens > 8")
     assert not t12.explains(staged, "a send of 12 tokens > 4"), "a limit that is not the grid is not T12"
     assert not t12.explains(staged, "start_send_idx starts at 0, expected D=4")
+
+
+def test_t13_is_a_placed_request_handled_as_unplaced() -> None:
+    """T13 (0.5.15) shows only for a request the router placed, and explains S19 only as a sender not told of the
+    placement fails it: its own rank registered in query mode; a failure following the room, only where its rank is
+    not room % DP."""
+    t13 = KNOWN["T13"]
+    case = PrefillCase(4, 10, 4, tuple(range(40, 50)), (10,))
+    placed = {"case": case, "settings": {"attention_dp": (2, 1, "query", True)}}
+    assert t13.shows(placed)
+    assert not t13.shows({"case": case, "settings": {"attention_dp": (2, 1, "query", False)}})
+    assert not t13.shows({"case": case, "settings": {}}), "the default attention DP is unplaced"
+    assert t13.explains(placed, "registered [(4242, 1)], expected [] (attention DP (2, 1, 'query', True), room 4242)")
+    assert not t13.explains(placed, "registered [(4242, 0)], expected [] (...)"), "another rank is another defect"
+    assert not t13.explains(placed, "statuses ['Bootstrapping', 'Failed']: the request must not fail (...)")
+    follow = {"case": case, "settings": {"attention_dp": (4, 1, "follow_room", True), "bootstrap_room": 6}}
+    assert t13.explains(follow, "statuses ['Bootstrapping', 'Failed']: the request must not fail (attention DP ...)")
+    aligned = {"case": case, "settings": {"attention_dp": (4, 2, "follow_room", True), "bootstrap_room": 6}}
+    assert not t13.explains(aligned, "statuses ['Bootstrapping', 'Failed']: the request must not fail (...)"), (
+        "rank == room % DP: the release does not fail it, so a failure there is another defect"
+    )

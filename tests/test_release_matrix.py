@@ -144,6 +144,28 @@ def test_decode_cases_draw_only_the_release_domain(release_domain: Any, release:
     assert set(DECODE_FEATURES) - set(absent) <= used, (release, set(DECODE_FEATURES) - set(absent) - used)
 
 
+@pytest.mark.parametrize(("release", "unaligned"), [("0.5.16", False), ("0.5.17", True), (None, True)])
+def test_unaligned_early_prefixes_only_with_prefill_dcp(release_domain: Any, release: str | None,
+                                                        unaligned: bool) -> None:  # fmt: skip
+    """An early-send prefix past D that ends off the page is prefill-side DCP's (#32837, 0.5.17): 0.5.15 and 0.5.16
+    assert it aligned and are never given one; later releases are, and skip it."""
+    from pdverify.strategies import prefill_cases
+
+    release_domain(release)
+    seen: list[bool] = []
+
+    @settings(max_examples=300, database=None, derandomize=True)
+    @given(case=prefill_cases())
+    def draw(case: Any) -> None:
+        off = case.early_prefix is not None and case.early_prefix > case.decode_prefix
+        if off:
+            seen.append(case.early_prefix % case.page_size != 0)
+        assert ("dcp_prefill" in case.input_features()) == (off and case.early_prefix % case.page_size != 0)
+
+    draw()
+    assert seen and any(seen) is unaligned, (release, len(seen), sum(seen))
+
+
 def test_decode_case_names_its_features() -> None:
     """``DecodeCase.input_features`` names each release feature a case uses (the gate ``within_release`` reads)."""
     from dataclasses import replace

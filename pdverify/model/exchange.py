@@ -176,6 +176,9 @@ class PrefillCase:
             used.append("translated_ids")
         if self.decode_prefix and any(k in SWA_WINDOW_TYPES for k in self.state_types):
             used.append("swa_decode_prefix")
+        early = self.early_prefix
+        if early is not None and early > self.decode_prefix and early % self.page_size:
+            used.append("dcp_prefill")  # a cached tail off the allocator's page: prefill-side DCP's (#32837)
         return tuple(used)
 
     def __post_init__(self) -> None:

@@ -177,6 +177,16 @@ FROM_SWA_PAGED_POOL = Contract(
     "hybrid SWA pools at a page size above 1 (SWATokenToKVPoolAllocator's page_size, #16296), first in sglang 0.5.8",
     "0.5.8",
 )
+FROM_STAGING_GRID = Contract(
+    "staging places each send in a fixed page-aligned grid of chunked_prefill_size tokens (#31217), first in sglang "
+    "0.5.17",
+    "0.5.17",
+)
+FROM_DCP_PREFILL = Contract(
+    "a PD prefill server with decode context parallel (--dcp-size > 1: radix hits and chunk tails off the allocator's "
+    "dcp_size-page unit, #32837), first in sglang 0.5.17",
+    "0.5.17",
+)
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -203,6 +213,7 @@ FEATURES: dict[str, Contract] = {
     "decode_hicache": FROM_DECODE_HICACHE,
     "state_lists": FROM_STATE_LISTS,
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
+    "dcp_prefill": FROM_DCP_PREFILL,
 }
 """Input feature -> the first release that has it."""
 

@@ -21,7 +21,7 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMes
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
-from pdverify.properties.releases import DOMAIN, FROM_MOONCAKE_DECODE_PREFIX, FROM_STATE_LISTS
+from pdverify.properties.releases import DOMAIN, FROM_MOONCAKE_DECODE_PREFIX, FROM_STAGING_GRID, FROM_STATE_LISTS
 from pdverify.strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 from pdverify.targets import Target
 
@@ -146,26 +146,35 @@ def test_s11_destination_slices(target: Target, device: str, case: PrefillCase) 
     "S12",
     "non-final sends end on a page boundary (staging: on the grid D + k*grid; DCP: at most the pack limit); "
     "start_send_idx starts at D, never decreases and ends at L; the tokens sent are exactly [D, L)",
+    clauses=(
+        Clause("range", title="start_send_idx runs from D to L without going back; the tokens sent are [D, L)"),
+        Clause("boundaries", title="non-final sends end on a page boundary; DCP: at most the pack limit"),
+        Clause("staging_grid", FROM_STAGING_GRID, "staging: non-final sends end on the grid, none longer than it"),
+    ),
     needs=NEEDS,
     case=prefill_cases(),
 )
 def test_s12_boundaries(target: Target, device: str, case: PrefillCase) -> None:
     trace = run(target, case, device)
     idx = trace.start_send_idx
-    assert idx[0] == case.decode_prefix, f"start_send_idx starts at {idx[0]}, expected D={case.decode_prefix}"
-    assert idx == sorted(idx), f"start_send_idx went back: {idx}"
-    assert idx[-1] == case.length, f"start_send_idx ends at {idx[-1]}, expected L={case.length}"
     counts = [t.num_kv_tokens for t in trace.transfers]
-    assert all(c is not None for c in counts), "a transfer without num_kv_tokens"
-    assert sum(c or 0 for c in counts) == case.length - case.decode_prefix, f"tokens sent per transfer {counts}"
-    allowed = oracle.grid_boundaries(case)
+    if applies("range"):
+        assert idx[0] == case.decode_prefix, f"start_send_idx starts at {idx[0]}, expected D={case.decode_prefix}"
+        assert idx == sorted(idx), f"start_send_idx went back: {idx}"
+        assert idx[-1] == case.length, f"start_send_idx ends at {idx[-1]}, expected L={case.length}"
+        assert all(c is not None for c in counts), "a transfer without num_kv_tokens"
+        assert sum(c or 0 for c in counts) == case.length - case.decode_prefix, f"tokens sent per transfer {counts}"
+    # the grid is staging's from #31217 (0.5.17); before, a staged send is placed wherever it ends on a page
+    grid = applies("staging_grid")
+    allowed = oracle.grid_boundaries(case) if grid else oracle.grid_boundaries(replace(case, chunked_prefill_size=None))
     end = case.decode_prefix
     for t in trace.transfers[:-1]:
         end += t.num_kv_tokens or 0
-        assert end in allowed, (
-            f"a non-final send ends at token {end}, not on an allowed boundary: {_show(trace.transfers)}"
-        )
-    limit = case.dcp_max_tokens if case.grid is None else case.grid
+        if applies("boundaries") or grid:
+            assert end in allowed, (
+                f"a non-final send ends at token {end}, not on an allowed boundary: {_show(trace.transfers)}"
+            )
+    limit = case.grid if case.grid is not None and grid else case.dcp_max_tokens if applies("boundaries") else None
     if limit is not None:
         assert all((c or 0) <= limit for c in counts), f"a send of {max(c or 0 for c in counts)} tokens > {limit}"
 

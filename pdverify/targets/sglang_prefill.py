@@ -93,6 +93,9 @@ class _Manager:
         self.raw: list[tuple[Any, slice, bool]] = []
         """Each transfer's page list as the sender passed it (array or tensor), its slice and last flag."""
         self._prepare_state = prepare_state
+        # to 0.5.16 the sender and the all-CP-ranks filter read these leaves from the manager's own server arguments
+        # (0.5.17 on: the runtime context's parallel namespace, ``_parallel_override``)
+        self.server_args = SimpleNamespace(enable_dsa_cache_layer_split=False, dp_size=1, load_balance_method="auto")
 
     def update_status(self, room: int, status: Any) -> None:
         self.status.append((room, status))
@@ -265,11 +268,12 @@ def _common_sender(
     ranks: tuple[Any, ...] = ([0], 0) if "pp_rank" in inspect.signature(sender_class).parameters else ()  # TP, PP
     dp = case.attention_dp if case is not None else None
     width, balance = 1, "round_robin"
-    placed: tuple[bool, ...] = ()  # the router placed the request on a DP rank (0.5.16 on)
+    placed: tuple[bool, ...] = ()  # the router placed the request on a DP rank (the sender told so from 0.5.16)
     if dp is not None:
         width, _, method, placement = dp
         balance = "follow_bootstrap_room" if method == "follow_room" else "round_robin"
-        placed = (placement,)
+        if "req_has_disagg_prefill_dp_rank" in inspect.signature(sender_class).parameters:  # #27546, 0.5.16
+            placed = (placement,)
     with _dp_width(manager, width, balance):
         return sender_class(manager, bootstrap, room, *ranks, *placed)
 
@@ -282,7 +286,8 @@ def _dp_width(manager: Any, ranks: int, balance: str) -> Iterator[None]:  # prag
     ``get_context().override_server_args`` where ``override`` does not take them (0.5.17-0.5.20); the manager's
     ``server_args`` (0.5.16 and earlier: to 0.5.13 there is no runtime context, 0.5.14-0.5.16 have one without
     ``override_server_args``)."""
-    manager.server_args = SimpleNamespace(dp_size=ranks, load_balance_method=balance)
+    given = vars(getattr(manager, "server_args", SimpleNamespace()))
+    manager.server_args = SimpleNamespace(**{**given, "dp_size": ranks, "load_balance_method": balance})
     try:
         from sglang.srt.runtime_context import get_context, get_parallel
     except ImportError:  # 0.5.16 and earlier: the sender reads kv_mgr.server_args
@@ -432,6 +437,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
             self.scheduler = sched
+            self.token_to_kv_pool = sched.token_to_kv_pool_allocator  # where 0.5.16 and earlier read the page size
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
@@ -506,12 +512,14 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
                     # a HiCache load-back pending: 0.5.23's scheduler passes allow_send=False (#44070); 0.5.22's
                     # call site has no such argument and calls it as always (scheduler.py:4527)
                     takes = "allow_send" in inspect.signature(sched.maybe_send_cached_prefix_chunk).parameters
-                    if case.early_send_blocked == "load_back" and takes:
-                        sched.maybe_send_cached_prefix_chunk(req, allow_send=False)
-                    else:
-                        sched.maybe_send_cached_prefix_chunk(req)
+                    with _counted(manager, req):
+                        if case.early_send_blocked == "load_back" and takes:
+                            sched.maybe_send_cached_prefix_chunk(req, allow_send=False)
+                        else:
+                            sched.maybe_send_cached_prefix_chunk(req)
                 trace.start_send_idx.append(req.start_send_idx)
-            sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
+            with _counted(manager, req):
+                sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
             trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = len(set_buf)
     trace.digests = digests
@@ -519,6 +527,19 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     trace.registrations = registrations
     return trace
+
+
+@contextmanager
+def _counted(manager: _Manager, req: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """Each transfer's token count, where the release's sender forwards none (to 0.5.16: ``num_kv_tokens`` came with
+    #32837): read off the release's own ``req.start_send_idx``, which the call moves by the tokens it sent (one
+    call makes one transfer there: no DCP pack split before 0.5.21)."""
+    before, start = len(manager.transfers), req.start_send_idx
+    yield
+    added = manager.transfers[before:]
+    if added and all(t.num_kv_tokens is None for t in added):
+        assert len(added) == 1, f"one call made {len(added)} transfers without token counts"
+        manager.transfers[-1] = replace(added[0], num_kv_tokens=int(req.start_send_idx) - int(start))
 
 
 @contextmanager
@@ -533,6 +554,12 @@ def _parallel_override(**fields: Any) -> Iterator[None]:  # pragma: no cover - c
     parallel = runtime_context.get_parallel()
     known = getattr(runtime_context, "_PARALLEL_FIELDS", None)
     leaves = {k: v for k, v in fields.items() if known is not None and k not in known}
+    if "_config" not in getattr(type(parallel), "__slots__", ()):
+        # to 0.5.16 the namespace holds the derived widths only: the leaves are read from the KV manager's own
+        # server arguments (``_Manager.server_args``), never from here
+        with parallel.override(**{k: v for k, v in fields.items() if k not in leaves}):
+            yield
+        return
     saved, saved_config = dict(parallel._overrides), parallel._config
     parallel._overrides.update(leaves)
     if leaves and saved_config is None:
@@ -650,9 +677,11 @@ def _bootstrap_world(
 
     address = f"127.0.0.1:{server.port}"
 
-    def post(url: str, json: dict[str, int], timeout: float) -> Any:
-        assert url.endswith("/register_dp_rank"), url
+    def post(url: str, json: dict[str, Any], timeout: float) -> Any:
         response = requests.post(url, json=json, timeout=timeout)
+        if url.endswith("/query_dp_ranks"):  # decode's own query: a plain post to 0.5.16 (a session after)
+            return response
+        assert url.endswith("/register_dp_rank"), url
         # what decode's own query (CommonKVReceiver.query_prefill_dp_ranks) then reads back for the room
         answer = conn.CommonKVReceiver.query_prefill_dp_ranks(address, [int(json["bootstrap_room"])])
         if response.status_code == 200 and str(json["bootstrap_room"]) in answer:

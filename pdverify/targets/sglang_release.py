@@ -40,7 +40,7 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
-SCHEDULER_DRIVERS_FROM = "0.5.17"
+SCHEDULER_DRIVERS_FROM = "0.5.15"
 """The first release whose scheduler-level PD code has the form the prefill exchange driver is written against (the
 decode pre-allocation driver's gate is ``DECODE_PREALLOC_DRIVER_FROM``): the bootstrap queue's ``pop_bootstrapped``,
 the early send and ``send_kv_chunk`` with the common KV sender. 0.5.18-0.5.20's ``send_kv_chunk`` does inline what
@@ -50,7 +50,13 @@ override a server-argument leaf (``sglang_prefill._parallel_override`` sets it i
 stand-in config bag on 0.5.17 and 0.5.18, which read leaves only from the published one); 0.5.19 has the unified
 allocator in ``mem_cache/multi_ended_allocator.py`` and no stage-metrics recorder; 0.5.17 and 0.5.18 keep
 ``req_pool_idx`` on the request; 0.5.17's send reads no staging grid (T12) and it has no unified-memory translation
-(``translated_ids``, 0.5.18). 0.5.16 and earlier read parallel settings from the server arguments. From 0.5.21:
+(``translated_ids``, 0.5.18). 0.5.15 and 0.5.16 read the server-argument leaves (``enable_dsa_cache_layer_split``,
+the DP width and balance method) from the KV manager's own ``server_args`` (``_Manager.server_args``; their parallel
+namespace holds the derived widths only), their Mooncake sender forwards no token count (``num_kv_tokens``, #32837: the
+driver reads each send's count off the release's ``req.start_send_idx``), their staging has no grid (S12's grid clause,
+``FROM_STAGING_GRID``, #31217), an early-send prefix off the page is prefill-side DCP's (``dcp_prefill``, #32837) and
+the router's DP placement is not passed to the sender in 0.5.15 (#27546: T13); decode's DP query is a plain
+``requests.post`` there. From 0.5.21:
 ``_send_kv_chunk`` / ``_transfer_page_indices`` split out and ``alloc_for_decode_prealloc`` (0.5.21's differences -
 the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``DeferredBootstrap``, translation by
 ``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
@@ -114,10 +120,10 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU,
 held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
-    "prefill_exchange": "0.5.16 and earlier read parallel settings from the global server arguments (common/conn.py: "
-    "server_args.enable_dsa_cache_layer_split), which only a running server publishes, not from the runtime "
-    "context's parallel namespace, and 0.5.15 and 0.5.16 assert the early send's device prefix page-aligned, which "
-    "the drawn early prefixes do not keep to; a driver for those forms is not written yet",
+    "prefill_exchange": "0.5.14 and earlier have no early cached-prefix send (#29316: no "
+    "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX, which the driver switches and S15, S21 and S23 are about), and "
+    "0.5.13 and earlier no runtime context (sglang.srt.runtime_context) for the attention widths; a driver for those "
+    "forms is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
