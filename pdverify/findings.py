@@ -497,8 +497,8 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
 
-T5_RELEASES = ("0.5.11", "0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17",
-               "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
+T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
+               "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
 KNOWN: dict[str, KnownDefect] = {
     d.id: d
