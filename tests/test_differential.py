@@ -157,8 +157,11 @@ def test_every_difference_needs_a_boundary_or_a_triaged_defect() -> None:
         why.why("0.5.11", "0.5.22", "prepare_for_prebuilt")
         == "FROM_35070 (intended change, #35070); T1 (fixed by 0.5.22: P19)"
     )
-    assert diff.domain_key("0.5.10") != diff.domain_key("0.5.11") == diff.domain_key("0.5.12")
-    # an input feature of its own makes a domain of its own (state lists from 0.5.3.post3, the int32 wire)
+    assert diff.domain_key("0.5.10") != diff.domain_key("0.5.11")  # decode prefixes
+    assert diff.domain_key("0.5.12") == diff.domain_key("0.5.12.post1")  # a post release adds no feature
+    # an input feature of its own makes a domain of its own (state payloads from 0.5.3.post3, the int32 wire, the
+    # per-type state lists from 0.5.12)
+    assert diff.domain_key("0.5.11") != diff.domain_key("0.5.12")
     assert diff.domain_key("0.5.3.post2") != diff.domain_key("0.5.3.post3")
     assert diff.domain_key("0.4.7") != diff.domain_key("0.4.7.post1")
     assert diff.main(["0.5.23"]) == 2 and diff.main(["9.9.9", "0.5.23"]) == 2
