@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import inspect
 import types
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
@@ -31,25 +32,30 @@ from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_t
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
+def _release_modules(*names: str) -> Iterator[Any]:
+    """Each of the modules ``names`` (under ``sglang.srt.mem_cache``) the installed release has, in that order:
+    modules moved and split across releases."""
+    for name in names:
+        try:
+            yield importlib.import_module(f"sglang.srt.mem_cache.{name}")
+        except ModuleNotFoundError:
+            continue
+
+
 def _paged_module() -> Any:
     """The module of SGLang's paged KV allocator: ``mem_cache/allocator/paged.py`` from 0.5.13,
     ``mem_cache/allocator.py`` from 0.4.8, ``mem_cache/paged_allocator.py`` before."""
-    for name in ("allocator.paged", "allocator", "paged_allocator"):
-        try:
-            return importlib.import_module(f"sglang.srt.mem_cache.{name}")
-        except ModuleNotFoundError:
-            continue
-    raise ImportError("no paged KV allocator module in sglang.srt.mem_cache")
+    module = next(_release_modules("allocator.paged", "allocator", "paged_allocator"), None)
+    if module is None:
+        raise ImportError("no paged KV allocator module in sglang.srt.mem_cache")
+    return module
 
 
 def _release_class(name: str, *modules: str) -> Any:
     """SGLang's class ``name`` from the first of ``modules`` (under ``sglang.srt.mem_cache``) that the release has
     and that defines it: classes moved between modules across releases."""
-    for module in modules:
-        try:
-            found = getattr(importlib.import_module(f"sglang.srt.mem_cache.{module}"), name, None)
-        except ModuleNotFoundError:
-            continue
+    for module in _release_modules(*modules):
+        found = getattr(module, name, None)
         if found is not None:
             return found
     raise ImportError(f"no {name} in sglang.srt.mem_cache.{{{', '.join(modules)}}}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from dataclasses import fields, replace
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
@@ -32,7 +32,7 @@ from unittest import mock
 import torch
 
 from pdverify.production.transfer import KvChunk, PrefillSendState
-from pdverify.targets.sglang_decode import _queue_base
+from pdverify.targets.sglang_decode import _prefix_match, _queue_base
 from pdverify.targets.sglang_prefill import (
     _common_manager,
     _common_sender,
@@ -125,9 +125,6 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     table = req_to_token
 
     class Queue(_queue_base()):  # type: ignore[misc]
-        def _allocatable_tokens(self, *args: Any, **kw: Any) -> int:  # the budget's name to 0.5.10
-            return 10**9
-
         def _hicache_pending_restore_tokens(self, *args: Any, **kw: Any) -> int:
             return 0
 
@@ -138,24 +135,8 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
             req.req_pool_idx = req.kv.req_pool_idx = req_pool_idx
             return table[req_pool_idx][D:L]
 
-        def _match_prefix_and_lock(self, req: Any) -> Any:  # a device hit of D tokens
-            prefix = table[req_pool_idx][:D]
-            match_class: Any = None
-            with contextlib.suppress(ImportError):  # 0.5.13 on
-                from sglang.srt.disaggregation import decode_hicache_mixin
-
-                match_class = decode_hicache_mixin.DecodePrefixMatch
-            if match_class is None:  # 0.5.11-0.5.12: (prefix indices, prefix length)
-                return prefix, D
-            # an L1 (device) hit of D tokens: no host or storage part (the lengths are properties of these fields)
-            given = {
-                "prefix_indices": prefix,
-                "l2_host_hit_length": 0,
-                "l3_storage_hit_length": 0,
-                "last_device_node": None,
-            }
-            names = {f.name for f in fields(match_class)}
-            return match_class(**{k: v for k, v in given.items() if k in names})
+        def _match_prefix_and_lock(self, req: Any) -> Any:  # a device (L1) hit of D tokens, no host part
+            return _prefix_match(table[req_pool_idx][:D], 0)
 
     server_args = SimpleNamespace(disaggregation_decode_enable_radix_cache=radix, page_size=page_size)
     queue: Any = Queue()
