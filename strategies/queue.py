@@ -8,7 +8,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 from pdverify.model.layout import pages_needed
-from pdverify.model.queue import ALLOCATION_POLICIES, PRIORITY_ORDERS, DecodeQueueCase, QueuedRequest
+from pdverify.model.queue import (
+    ALLOCATION_POLICIES,
+    CLIP_MAX_NEW_TOKENS,
+    PRIORITY_ORDERS,
+    DecodeQueueCase,
+    QueuedRequest,
+)
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
@@ -43,7 +49,8 @@ def decode_queues(
     short of the last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of
     the first request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones,
     the request rows exactly the device-bound requests' and the host pool one page short of the last host-bound
-    request's reserve."""
+    request's reserve. Lean 4 adds radix prefixes, a decode headroom and a hybrid SWA pool whose SWA budget is one
+    token short of the last live request's SWA admission test after the others' charges."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -53,7 +60,7 @@ def decode_queues(
 @st.composite
 def _decode_queues(draw: st.DrawFn, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
     c = Choices(draw)
-    c.lean()
+    c.lean(4)
     return draw_decode_queue(c, max_requests=max_requests, max_length=max_length, max_page_size=max_page_size)
 
 
@@ -73,19 +80,20 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
     complete = policy == "prefill_complete"
-    radix = not complete and c.boolean(lean=(1, 2)) and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
+    radix = not complete and c.boolean(lean=(1, 2, 4)) and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
     # drowned by a rarity in one of its k requests
     aborts, waits = c.boolean(lean=True), c.boolean(lean=True)
-    rebootstraps = c.boolean(lean=True) and DOMAIN.rebootstrap  # 0.5.16 on
+    # the prefill_complete policy changes only what happens to a rebootstrapped request: a pass under it has them on
+    rebootstraps = (c.boolean(lean=True) or complete) and DOMAIN.rebootstrap  # 0.5.16 on
     requests = []
     for i in range(k):
         aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
         # under a lean three pages at, one short of or one past the boundary: at it (lean 1), a rebootstrapped
         # request's output spills into a page of its own
-        length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1)[c.leaning - 1])
+        length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1, 0)[c.leaning - 1])
         requests.append(
             QueuedRequest(
                 length=length,
@@ -106,7 +114,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
             )
         )
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2, lean=1)))
-    reserved = c.integer(0, 8)
+    reserved = c.integer(0, 8, lean=1 if c.leaning == 4 else None)  # lean 4: a headroom the SWA budget charges
     pool = sum(pages_needed(r.fill_len, ps) for r in requests) + pages_needed(32 + 8, ps) + c.integer(0, 2)
     cap = pool * ps
     case = DecodeQueueCase(
@@ -135,7 +143,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         case = _host_short_of_reserve(c, case)
     # a hybrid SWA model with the decode radix cache: accepted from 0.5.19 (refused before)
     swa_ok = not case.radix or DOMAIN.has("swa_decode_prefix")
-    if ps > 1 and case.host_threshold == 1.0 and swa_ok and c.boolean(lean=(1,)):
+    if ps > 1 and case.host_threshold == 1.0 and swa_ok and c.boolean(lean=(1, 4)):
         case = _with_swa_pool(c, case)
     if c.boolean(lean=(2,)):
         case = _tight_budget(c, case)
@@ -178,9 +186,12 @@ def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
 
 def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
-    rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and SWA pages for all the tails
-    but a shortfall (shrinks to none), or - where a request holds a radix prefix, half the time - one page short
-    of that request's tail."""
+    rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and an SWA budget (``_swa_budget``).
+    With the radix cache, half the time (under lean 1 always) the budget counts the cache's evictable SWA pages
+    (None), and SWA pages for all the tails but a shortfall (shrinks to none), or - where a request holds a radix
+    prefix, half the time - one page short of that request's tail: the reclaim before pre-allocation decides. Else
+    SWA pages for the tails and each request's growth room (its ``max_new_tokens`` and the headroom, which admission's
+    SWA test reserves) less a shortfall."""
     # half the windows are short (up to two pages): only then does a radix prefix stop before the SWA tail, so a
     # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
     ps = case.page_size
@@ -194,16 +205,49 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))
         tails.append(pages_needed(tail, ps))
     need = sum(tails)
+    evictable = case.radix and c.boolean(lean=(1,))
     locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j] and not r.rebootstrap]
-    if locked and c.boolean(lean=True):
+    if evictable and locked and c.boolean(lean=True):
         # a boundary: one page short of the tail of a request that holds a radix prefix (the requests before it
         # served), the shortfall that makes a locked request fail for its tail - a uniform one rarely does
         j = c.pick(locked, lean=len(locked) - 1)  # under a lean the last: those before it are served
         count = sum(tails[:j]) + tails[j] - 1
-    else:
+    elif evictable:
         count = need - _shortfall(c, need)
+    else:
+        # room for growth too: pages for the tails alone fail admission's SWA test for nearly every request
+        grow = min(CLIP_MAX_NEW_TOKENS, max((r.max_new_tokens for r in requests), default=0))
+        count = need + pages_needed(grow + case.reserved_decode_tokens, ps) * len(requests)
+        count -= _shortfall(c, count)
     pages = tuple(distinct_sample(c, 1, count + 32, count))
-    return replace(case, requests=tuple(requests), swa_free_pages=pages, window=window)
+    full = count * ps  # all of the free SWA buffer first, so that the case is valid to draw the budget from
+    case = replace(case, requests=tuple(requests), swa_free_pages=pages, window=window, swa_token_budget=full)
+    return replace(case, swa_token_budget=None if evictable else _swa_budget(c, case))
+
+
+def _swa_budget(c: Choices, case: DecodeQueueCase) -> int:
+    """An SWA budget within the free SWA buffer: all of it less a shortfall (shrinks to none), or half the time
+    (under lean 4 always) a boundary - exactly the first ``j`` requests' SWA charges (their tails' pages and
+    headroom) with request ``j`` (shrinks to the last live one) at its admission test less one token (shrinks to
+    that), or exactly."""
+    cap = len(case.swa_free_pages or ()) * case.page_size
+    if not c.boolean(lean=(4,)):
+        return cap - _shortfall(c, cap)
+    # the requests the pass would reach, in its order: live, bootstrapped and looked at (a boundary counted over
+    # requests it passes over lands nowhere)
+    reqs = case.requests
+    live = [i for i, r in enumerate(reqs) if r.bootstrapped and not r.aborted and (r.checked or not case.restrict)]
+    if case.priority_order is not None:
+        sign = 1 if case.priority_order == "low_first" else -1
+        live.sort(key=lambda i: reqs[i].priority * sign)
+    if not live:
+        return cap
+    at = len(live) - 1 - c.integer(0, len(live) - 1)  # shrinks to the last: every request before it admitted
+    j = live[at]
+    room = min(case.requests[j].max_new_tokens, CLIP_MAX_NEW_TOKENS)
+    need = max(case.swa_required(j), case.swa_tail_len(j) + room - case.retractable_swa_tokens)
+    charged = sum(case.swa_required(i) for i in live[:at])
+    return max(0, min(cap, charged + need - 1 + c.integer(0, 1)))  # shrinks to one token short
 
 
 def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:

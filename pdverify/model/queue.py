@@ -132,6 +132,13 @@ class DecodeQueueCase:
     for its window tail); None: one full pool. Needs ``page_size > 1``."""
     window: int = 4
     """The sliding window, with an SWA pool."""
+    swa_token_budget: int | None = None
+    """SWA tokens admission may commit in this pass, with an SWA pool (what ``_swa_tail_allocatable_token_budget``
+    reports before it; each admission takes its tail's page-aligned tokens and the decode headroom from it). At most
+    the SWA buffer's free tokens: without the decode radix cache nothing else is reclaimable. None: the budget also
+    counts SWA pages the decode radix cache could evict (its SWA-evictable credit, with #27770's decode radix cache
+    for SWA models, 0.5.19), more than the free buffer - admission's SWA check does not bind and the reclaim before
+    pre-allocation decides (``_reclaim_swa_tail_capacity``); so only with the radix cache."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -187,6 +194,18 @@ class DecodeQueueCase:
                     raise ValueError(f"requests[{i}]'s prefix reaches into its SWA tail")
             if self.host_threshold < 1:
                 raise ValueError("host receive with an SWA pool is not modelled")
+            if self.swa_token_budget is None and not self.radix:
+                raise ValueError(
+                    "swa_token_budget=None (an SWA budget beyond the free SWA buffer) needs the decode radix cache: "
+                    "without it no SWA page is evictable, so the budget never exceeds the free buffer"
+                )
+        if self.swa_token_budget is not None:
+            require_int("swa_token_budget", self.swa_token_budget, minimum=0)
+            held = len(self.swa_free_pages or ()) * self.page_size
+            if self.swa_free_pages is None or self.swa_token_budget > held:
+                raise ValueError(
+                    f"swa_token_budget={self.swa_token_budget} needs an SWA pool and at most its {held} free tokens"
+                )
         if self.host_threshold < 1 and self.radix:
             raise ValueError(
                 "host_threshold < 1 with the radix cache: the host path's root-prefix binding is not modelled"
@@ -235,9 +254,26 @@ class DecodeQueueCase:
         committed position; 0 without an SWA pool."""
         if self.swa_free_pages is None:
             return 0
-        ps, fill = self.page_size, self.requests[index].fill_len
+        return self.swa_span(self.requests[index].fill_len)
+
+    def swa_span(self, seq_len: int) -> int:
+        """``_swa_tail_len(seq_len)``: the SWA span of ``seq_len`` tokens with an SWA pool (``swa_tail_len`` of a
+        request is this of its fill)."""
+        ps = self.page_size
         reach = max(self.window, ps) + 1 if self.radix else self.window
-        return fill - max(0, fill - reach) // ps * ps
+        return seq_len - max(0, seq_len - reach) // ps * ps
+
+    def swa_required(self, index: int) -> int:
+        """``_prealloc_required_tokens``' SWA side: request ``index``'s tail in whole pages, plus the decode headroom
+        unless the radix cache is off (``disable_radix_cache``)."""
+        tail = self.swa_tail_len(index)
+        headroom = self.reserved_decode_tokens if self.radix else 0
+        return pages_needed(tail, self.page_size) * self.page_size + headroom
+
+    @property
+    def retractable_swa_tokens(self) -> int:
+        """The running requests' SWA spans (``_swa_retractable_len``; they carry no outputs here)."""
+        return sum(self.swa_span(tokens) for tokens, _ in self.running)
 
     def pages_for(self, index: int) -> int:
         """Fresh KV pages request ``index`` takes when admitted (its prefix is held already)."""

@@ -340,3 +340,26 @@ class _ProtectedPartialPage(PreallocPass):
 @mutant("XQ29", "decode_queue", "wrong offset", "the prefix promised to staging counts the last partial page")
 def protected_partial_page(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _ProtectedPartialPage(case, device).run()
+
+
+class _SwaBudgetIgnored(PreallocPass):
+    def swa_fits(self, i: int) -> bool:
+        return True
+
+
+@mutant("XQ30", "decode_queue", "missing guard", "a request is admitted whatever the SWA budget left")
+def swa_budget_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _SwaBudgetIgnored(case, device).run()
+
+
+class _SwaHeadroomFree(PreallocPass):
+    def reclaim_swa(self, i: int) -> bool:
+        ok = super().reclaim_swa(i)
+        if ok and self.case.radix:
+            self.swa_committed -= self.case.reserved_decode_tokens  # the tail's pages charged, not its headroom
+        return ok
+
+
+@mutant("XQ31", "decode_queue", "wrong count", "an admission charges the SWA budget its tail's pages but no headroom")
+def swa_headroom_free(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _SwaHeadroomFree(case, device).run()

@@ -13,8 +13,11 @@ takes its fresh pages' tokens from the budget. With the device pool's usage at o
 (below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
 budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass
 stops otherwise; it takes host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a
-request that fits the budget also needs SWA pages for its window tail: when the SWA buffer cannot hold them it
-fails (aborted, streamed, released, its radix lock too) and the pass goes on. The queue keeps the rest, in order.
+request that fits the budget also needs the SWA budget for its window tail - ``max(its tail's pages' tokens + the
+headroom (none with the radix cache off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``;
+short of it the pass stops - and each admission takes its tail's pages' tokens and headroom from that budget. Then
+it needs SWA pages for the tail: when the SWA buffer cannot hold them it fails (aborted, streamed, released, its
+radix lock too) and the pass goes on. The queue keeps the rest, in order.
 Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
 """
 
@@ -53,6 +56,15 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
     buffers, rows, budget = case.metadata_buffers, case.request_rows, case.token_budget
     host_free = len(case.host_free_pages) * ps
     swa_free = len(case.swa_free_pages or ())
+    swa_budget = case.swa_token_budget
+
+    def span(tokens: int) -> int:  # the SWA tail of ``tokens``: from the page-aligned window start
+        reach = max(case.window, ps) + 1 if case.radix else case.window
+        return tokens - max(0, tokens - reach) // ps * ps
+
+    swa_retractable = 0
+    for tokens, _ in case.running:
+        swa_retractable += span(tokens)
     admitted: list[int] = []
     for i in looked_at:
         r = reqs[i]
@@ -82,14 +94,18 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
         if need > budget:
             break
         if case.swa_free_pages is not None:
-            reach = max(case.window, ps) + 1 if case.radix else case.window
-            tail = fill - max(0, fill - reach) // ps * ps
+            tail = span(fill)
             swa_pages = (tail + ps - 1) // ps
+            swa_required = swa_pages * ps + (case.reserved_decode_tokens if case.radix else 0)
+            if swa_budget is not None and max(swa_required, tail + new - swa_retractable) > swa_budget:
+                break
             if swa_pages > swa_free:
                 failed.append(i)
                 streamed.append(i)
                 continue
             swa_free -= swa_pages
+            if swa_budget is not None:
+                swa_budget -= swa_required
         admitted.append(i)
         buffers, rows, budget = buffers - 1, rows - 1, budget - tokens
         loaded.add(r.lora)

@@ -9,7 +9,9 @@ matches its device prefix and locks it; turned away there, it releases the lock.
 row (its prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a
 metadata buffer, and its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A
 rebootstrapped request matches nothing and holds and receives its outputs too. The budget after each admission
-is the case's budget less the tokens allocated so far (the stand-in for ``_allocatable_token_budgets``).
+is the case's budget less the tokens allocated so far (the stand-in for ``_allocatable_token_budgets``). With a
+hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each admission charges its tail's
+page-aligned tokens and headroom, and then find SWA pages for its tail (it fails otherwise).
 
 ``PreallocPass`` keeps each step a method so that the mutant catalogue can replace one at a time.
 """
@@ -39,6 +41,7 @@ class PreallocPass:
         width = max((r.fill_len for r in case.requests), default=0) + case.page_size
         self.req_to_token = torch.zeros((case.request_rows + 1, width), dtype=torch.int32, device=device)
         self.allocated_tokens = 0
+        self.swa_committed = 0
         self.loaded = {lora for _, lora in case.running}
         self.removed: set[int] = set()
         self.events: list[tuple[str, int]] = []
@@ -129,9 +132,29 @@ class PreallocPass:
             return "host" if len(self.host_free) * ps >= need else "stop"
         if not self.free_rows or not self.fits(i):
             return "stop"
-        if self.case.swa_free_pages is not None and not self.reclaim_swa(i):
-            return "fail"
+        if self.case.swa_free_pages is not None:
+            if not self.swa_fits(i):
+                return "stop"
+            if not self.reclaim_swa(i):
+                return "fail"
         return "admit"
+
+    def swa_budget(self) -> int | None:
+        """``_swa_tail_allocatable_token_budget``: the case's SWA budget less what admissions committed (None: it
+        counts the radix cache's evictable SWA pages too, and the reclaim decides)."""
+        budget = self.case.swa_token_budget
+        return None if budget is None else budget - self.swa_committed
+
+    def swa_fits(self, i: int) -> bool:
+        """The SWA side of ``_prealloc_reservation_fits``; a request turned away releases its lock."""
+        budget = self.swa_budget()
+        tail = self.case.swa_tail_len(i)
+        new = min(self.case.requests[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        need = max(self.case.swa_required(i), tail + new - self.case.retractable_swa_tokens)
+        if budget is not None and need > budget:
+            self.locks.discard(i)
+            return False
+        return True
 
     def reclaim_swa(self, i: int) -> bool:
         """``_reclaim_swa_tail_capacity``: SWA pages for the window tail, or the request fails (its lock released)."""
@@ -141,6 +164,7 @@ class PreallocPass:
             self.locks.discard(i)
             return False
         self.swa_free = self.swa_free[count:]
+        self.swa_committed += self.case.swa_required(i)
         return True
 
     def receive_on_host(self, i: int) -> tuple[list[int], np.ndarray]:

@@ -552,7 +552,8 @@ def _staging(ps: int, events: list[tuple[str, int]]) -> Any:  # pragma: no cover
     class Recorded(base):  # type: ignore[misc]
         def register_decode_req(self, room: int, decode_req: Any) -> None:
             super().register_decode_req(room, decode_req)
-            events.append(("staging failed" if decode_req._staging_failed else "staging", int(decode_req.req.rid[1:])))
+            failed = getattr(decode_req, "_staging_failed", False)  # 0.5.17 and earlier fail no room at registration
+            events.append(("staging failed" if failed else "staging", int(decode_req.req.rid[1:])))
 
     buffers = {"page_size": ps, "k_buffers": [SimpleNamespace(device=torch.device("cpu", 0))]}
     return Recorded(None, None, buffers, decode_tp=1, total_kv_heads=1, tp_rank=0, scheduler=None)
@@ -566,7 +567,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
     the LoRA manager's own ``validate_lora_batch`` and the staging handler's ``register_decode_req``
     (``_staging``). Stand-ins: the budget (``_allocatable_token_budgets``:
-    the case's budget less what this pass allocated), the radix match (``_match_prefix_and_lock``: the request's
+    the case's budget less what this pass allocated; ``_swa_tail_allocatable_token_budget``: the case's SWA budget
+    less the SWA pages and headroom this pass committed), the radix match (``_match_prefix_and_lock``: the request's
     prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the KV
     receivers (they record),
     and ``Scheduler.can_schedule_lora_req`` with 0.5.23's rule (an adapter already loaded is admitted, else the
@@ -583,11 +585,12 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     kvcache: Any = SimpleNamespace(page_size=ps)
     if case.swa_free_pages is None:
         allocator = _allocator(case.free_pages, ps, kvcache)
-        full_available = allocator.available_size
+        full_available = swa_available = allocator.available_size
     else:
         kvcache, allocator = _hybrid_swa_pool(case.free_pages, case.swa_free_pages, ps)
-        full_available = allocator.full_available_size
-    start = full_available()
+        full_available, swa_available = allocator.full_available_size, allocator.swa_available_size
+    start, swa_start = full_available(), swa_available()
+    swa_headroom = case.reserved_decode_tokens if case.radix else 0  # none with disable_radix_cache
     width = max(r.fill_len for r in case.requests) + ps
     req_pool = decode.DecodeReqToTokenPool(case.request_rows, width, "cpu", False, 0)
     streamed: list[Any] = []
@@ -675,10 +678,16 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             return int(case.token_budget - (start - full_available()))
 
         def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
-            return self._allocatable_token_budgets(), 10**9  # the SWA side: what reclaim finds, not the budget
+            return self._allocatable_token_budgets(), self._swa_tail_allocatable_token_budget()
 
-        def _swa_tail_allocatable_token_budget(self, **kw: Any) -> int:
-            return 10**9
+        def _swa_tail_allocatable_token_budget(self, *, extra_reserved_reqs: int = 0, **kw: Any) -> int:
+            """The case's SWA budget less what this pass allocated and the headroom of each request it admitted
+            (``extra_reserved_reqs``, as the real budget reserves it); 0.5.18 and earlier read it once and
+            decrement each admission's page-aligned tail and headroom themselves, which comes to the same. None
+            in the case: the budget counts the radix cache's evictable SWA pages, so the reclaim decides."""
+            if case.swa_token_budget is None:
+                return 10**9
+            return int(case.swa_token_budget - (swa_start - swa_available()) - swa_headroom * extra_reserved_reqs)
 
         def _match_prefix_and_lock(self, req: Any) -> Any:
             """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and

@@ -22,7 +22,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.19 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.18 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -109,16 +109,19 @@ before it the sender prefill initialises is a placeholder). 0.4.5.post1 initiali
 count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
 input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
 ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
-DECODE_QUEUE_DRIVER_FROM = "0.5.19"
+DECODE_QUEUE_DRIVER_FROM = "0.5.18"
 """The first release the ``pop_preallocated`` driver runs on: the queue has the form it is written against from
-0.5.19 (``DecodePrefixMatch``, ``req.kv`` bookkeeping, SWA-tail pre-allocation; the flags read through ``get_disagg()``
-and locks released by receipt from 0.5.20 - 0.5.19 reads ``scheduler.server_args`` and releases by
-``swa_uuid_for_lock``, both set by the driver - and no LoRA admission gate before 0.5.20, #39332: T11), with
-the destination list and admission inline in 0.5.20 (``_send_kv_metadata`` / ``_transfer_page_indices`` and
-``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21 (#40238: the ``host_receive`` input
-feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too. Before 0.5.22 the paged
-allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU,
-held to SGLang's own ``alloc_extend_naive`` by a test."""
+0.5.18 (``DecodePrefixMatch``, SWA-tail pre-allocation with page-aligned SWA charges; the KV bookkeeping on the
+request in 0.5.18, ``req.kv`` from 0.5.19; the flags read through ``get_disagg()`` and locks released by receipt
+from 0.5.20 - 0.5.18 and 0.5.19 read ``scheduler.server_args`` and release by ``dec_lock_ref(node)`` or
+``swa_uuid_for_lock``, all set by the driver - no SWA-tail reclaim before 0.5.19 and no LoRA admission gate before
+0.5.20, #39332: T11), with the destination list and admission inline to 0.5.20 (``_send_kv_metadata`` /
+``_transfer_page_indices`` and ``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21
+(#40238: the ``host_receive`` input feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the
+stand-ins too. The budgets are the case's (``_allocatable_token_budgets`` and the SWA side's
+``_swa_tail_allocatable_token_budget``, less what the pass committed). Before 0.5.22 the paged allocator's
+``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's
+own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.14 and earlier have no early cached-prefix send (#29316: no "
     "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX, which the driver switches and S15, S21 and S23 are about), and "
@@ -129,13 +132,11 @@ EARLIER_FORM = {
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.5.18 admits a hybrid SWA request against its SWA-tail budget (no _reclaim_swa_tail_capacity "
-    "before 0.5.19), which the driver's budget stand-in leaves unbounded: it needs SGLang's own budget methods "
-    "(docs/stand-ins.md rows 2-4). 0.5.17 and earlier also have no get_memory(), release a matched prefix by "
-    "dec_lock_ref(node), evict through the radix tree's evict (not evict_for_alloc), keep the request's KV bookkeeping "
-    "on the request (no req.kv: req_pool_idx, kv_committed_len, set_extend_input_len) and before 0.5.16 have no "
-    "rebootstrap, before 0.5.13 no DecodePrefixMatch (decode_hicache_mixin); a driver for those forms is not written "
-    "yet",
+    "decode_queue": "0.5.17 and earlier charge a request's SWA tail its raw length against the SWA budget while the "
+    "allocator takes whole pages (#33794 page-aligned the charge in 0.5.18): driven, a pass over-admits and trips "
+    "_pre_alloc's 'KV cache is full' assert, a defect not triaged yet; 0.5.16 also registers a staging room after "
+    "sending the metadata, and before 0.5.16 there is no rebootstrap, before 0.5.13 no DecodePrefixMatch "
+    "(decode_hicache_mixin); a driver for those forms is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
