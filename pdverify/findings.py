@@ -179,9 +179,9 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q2's or Q3's message when the pass admitted, past where the contract stops, the next request the pass looks
-    at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not. (With
-    the SWA budget a stand-in that never bound, such a request then failed for want of SWA pages on 0.5.19 and
-    0.5.20 - a Q1 failure; with the budget driven, admission's SWA test stops it first.)"""
+    at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not; Q1's
+    when that request, admitted so, then failed for want of SWA pages (the hybrid pool's reclaim: with the radix
+    cache, whose evictable SWA pages the SWA budget counts, a rebootstrapped request takes the raw-length path)."""
     from pdverify.oracle.decode_queue import expected_pass
 
     case = kwargs["case"]
@@ -189,6 +189,7 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
     q3 = re.match(r"queue after the pass ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
+    q1 = re.match(r"failed ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
 
     def names(text: str) -> list[int]:
         return [] if text == "none" else [int(n) for n in re.findall(r"#(\d+)", text)]
@@ -200,6 +201,11 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
         got = names(q3.group(1))
         extra = [i for i in want.remaining if i not in got]
         if [i for i in want.remaining if i in got] != got:
+            return False
+    elif q1 is not None and names(q1.group(2)) == want.failed and case.swa_free_pages is not None:
+        got = names(q1.group(1))
+        extra = [i for i in got if i not in want.failed]
+        if len(extra) != 1 or [i for i in got if i != extra[0]] != want.failed or extra[0] not in want.remaining:
             return False
     else:
         return False
@@ -442,32 +448,101 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     case = kwargs["case"]
     got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
     field = _T11_FIELDS[m.group(1)]
-    # the releases with T11 (0.5.18, 0.5.19) have T3 too: a pass can show both
-    for ungated in (expected_pass(replace(case, max_loras=None)), _t3_t11_pass(case)):
-        want = list(getattr(ungated, field))
-        if got == want if field in ("admitted", "remaining") else sorted(got) == sorted(want):
-            return True
-    return False
+    # the releases with T11 (0.5.17-0.5.19) have T3 too: a pass can show both
+    passes = (expected_pass(replace(case, max_loras=None)), _defective_queue_pass(case, lora_gate=False, raw_fill=True))
+    return any(_pass_shows(p, field, got) for p in passes)
 
 
-def _t3_t11_pass(case: Any) -> Any:
-    """The pass as 0.5.18 and 0.5.19 make it, with both their defects: no LoRA gate (T11) and, on the path without
-    the radix cache, a request's fill length charged where the allocator takes whole pages (T3)."""
+def _pass_shows(trace: Any, field: str, got: list[int]) -> bool:
+    """Whether a pass's ``field`` is ``got`` (in order for the admitted and the remaining, as a set otherwise)."""
+    if trace is None:
+        return False
+    want = list(getattr(trace, field))
+    return got == want if field in ("admitted", "remaining") else sorted(got) == sorted(want)
+
+
+class _SwaPagesShort(Exception):
+    """The pass allocates an SWA tail the SWA pool has no pages for (``_pre_alloc``'s 'KV cache is full')."""
+
+
+def _defective_queue_pass(case: Any, *, lora_gate: bool = True, raw_fill: bool = False, raw_swa: bool = False) -> Any:
+    """The pass as a release with some of the queue's defects makes it, None where it crashes: without the LoRA gate
+    (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3),
+    and a request's SWA tail charged its raw length against the SWA budget where the allocator takes whole pages,
+    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14)."""
     from pdverify.model.queue import CLIP_MAX_NEW_TOKENS
     from pdverify.production.decode_queue import PreallocPass
 
     class Defective(PreallocPass):
         def lora_fits(self, req: Any) -> bool:
-            return True
+            return lora_gate is False or super().lora_fits(req)
 
         def required_tokens(self, i: int) -> int:
             req = self.case.requests[i]
-            if self.case.radix and not req.rebootstrap:
+            if not raw_fill or (self.case.radix and not req.rebootstrap):
                 return super().required_tokens(i)
             room = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens
             return max(req.fill_len + self.case.reserved_decode_tokens, req.prefill_len + room)
 
-    return Defective(case, "cpu").run()
+        def raw_charge(self, i: int) -> int:
+            return self.case.swa_tail_len(i) + (self.case.reserved_decode_tokens if self.case.radix else 0)
+
+        def swa_fits(self, i: int) -> bool:
+            if not raw_swa:
+                return super().swa_fits(i)
+            budget = self.swa_budget()
+            new = min(self.case.requests[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
+            need = max(self.raw_charge(i), self.case.swa_tail_len(i) + new - self.case.retractable_swa_tokens)
+            if budget is not None and need > budget:
+                self.locks.discard(i)
+                return False
+            return True
+
+        def reclaim_swa(self, i: int) -> bool:
+            if not raw_swa:
+                return super().reclaim_swa(i)
+            count = -(-self.case.swa_tail_len(i) // self.case.page_size)
+            if count > len(self.swa_free):
+                raise _SwaPagesShort
+            self.swa_free = self.swa_free[count:]
+            self.swa_committed += self.raw_charge(i)
+            return True
+
+    try:
+        return Defective(case, "cpu").run()
+    except _SwaPagesShort:
+        return None
+
+
+def _t14_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass on a hybrid SWA pool with pages of more than one token and a request whose SWA tail is not
+    page-aligned: only there does its raw length differ from the whole pages it takes."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase) or case.swa_free_pages is None or case.page_size == 1:
+        return False
+    return any(case.swa_tail_len(i) % case.page_size for i in range(len(case.requests)))
+
+
+def _t14_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """A queue property's failure as the pass with raw SWA charges makes it - alone or with the release's other
+    queue defects (T3, T11): 'KV cache is full' where that pass allocates an SWA tail past the free SWA pages, or a
+    pass-level message (``<what> <got>, expected <want>``) that is what that pass did."""
+    case = kwargs["case"]
+    variants = [
+        _defective_queue_pass(case, raw_swa=True, lora_gate=gate, raw_fill=raw)
+        for gate in (True, False)
+        for raw in (False, True)
+    ]
+    own = _own_message(message)
+    if own.startswith("KV cache is full! Bug in memory estimation."):
+        return any(v is None for v in variants)
+    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", own)
+    if m is None or m.group(1) not in _T11_FIELDS:
+        return False
+    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
+    return any(_pass_shows(v, _T11_FIELDS[m.group(1)], got) for v in variants)
 
 
 def _t12_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -557,26 +632,39 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            ("0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
             _t3_shows,
             _t3_explains,
-            also=("Q3", "Q2"),
+            also=("Q3", "Q2", "Q1"),
             explains_also=_t3_overadmits,
+            narrower=(("Q1", ("0.5.21",)),),
         ),
         KnownDefect(
             "T11",
             "Q2",
             "sglang",
-            ("0.5.18", "0.5.19"),
+            ("0.5.17", "0.5.18", "0.5.19"),
             "decode's pre-allocation admits requests whatever their LoRA adapters: a batch can need more adapters "
             "than --max-loras-per-batch, and the forward's fetch_new_loras asserts (fixed in 0.5.20, upstream "
             "#39332)",
             _t11_shows,
             _t11_explains,
-            also=("Q3", "Q5"),
+            also=("Q3",),
+        ),
+        KnownDefect(
+            "T14",
+            "Q2",
+            "sglang",
+            ("0.5.17",),
+            "decode's pre-allocation charges a hybrid SWA request its raw SWA tail against the SWA budget while the "
+            "allocator takes whole pages: a pass admits more tails than the SWA pool holds, and _pre_alloc asserts "
+            "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
+            _t14_shows,
+            _t14_explains,
+            also=("Q1", "Q3"),
         ),
         KnownDefect(
             "T13",

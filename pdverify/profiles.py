@@ -71,7 +71,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
     },
     "mutate": {
-        "max_examples": 60,
+        "max_examples": 100,
         "report_multiple_bugs": False,
         "deadline": None,
         "derandomize": True,

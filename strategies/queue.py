@@ -38,8 +38,9 @@ def decode_queues(
     tokens, loaded adapters); a decode headroom; free metadata buffers and request rows from none to one per request;
     free pages in a fragmented order and a token budget from 0 to all of them - in half the passes exactly the first
     requests' fresh pages and headroom or one token less; in half the passes of the device path without the radix cache
-    (page size > 1; radix off, or a rebootstrapped request), exactly the first requests' charges (raw lengths on that
-    path) and headroom, with running requests covering the output room; host receive off or on (host pages for the
+    (page size > 1; radix off, or a rebootstrapped request), exactly the fresh pages of the requests the pass reaches
+    before one and that one's charge (its raw length on that path) and headroom, with running requests covering the
+    output room; host receive off or on (host pages for the
     prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a host-bound
     request's prompt and reserve). Within the bound release's input domain: no radix cache before 0.5.11, no rebootstrap
     before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the
@@ -49,8 +50,9 @@ def decode_queues(
     short of the last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of
     the first request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones,
     the request rows exactly the device-bound requests' and the host pool one page short of the last host-bound
-    request's reserve. Lean 4 adds radix prefixes, a decode headroom and a hybrid SWA pool whose SWA budget is one
-    token short of the last live request's SWA admission test after the others' charges."""
+    request's reserve. Lean 4 adds a decode headroom, radix prefixes (where the release takes them with an SWA pool)
+    and a hybrid SWA pool whose SWA budget is one token short of the last live request's SWA admission test after the
+    others' page-aligned charges, the prompts one token past three pages (SWA tails that end inside a page)."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -80,7 +82,10 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
     complete = policy == "prefill_complete"
-    radix = not complete and c.boolean(lean=(1, 2, 4)) and DOMAIN.decode_prefix  # decode's radix cache came in 0.5.11
+    # lean 4 is about the SWA budget: it leans to the radix cache only where the release takes it with an SWA pool
+    swa_radix = DOMAIN.has("swa_decode_prefix")
+    # decode's radix cache came in 0.5.11
+    radix = not complete and c.boolean(lean=(1, 2, 4) if swa_radix else (1, 2)) and DOMAIN.decode_prefix
     shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
@@ -93,7 +98,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         aborted = aborts and c.integer(0, 3) == 3  # one in four where aborts are on; shrinks to live
         # under a lean three pages at, one short of or one past the boundary: at it (lean 1), a rebootstrapped
         # request's output spills into a page of its own
-        length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1, 0)[c.leaning - 1])
+        length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1, 1)[c.leaning - 1])
         requests.append(
             QueuedRequest(
                 length=length,
@@ -142,26 +147,32 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     if case.host_reserved_tokens and c.boolean(lean=True):  # half the passes with a reserve
         case = _host_short_of_reserve(c, case)
     # a hybrid SWA model with the decode radix cache: accepted from 0.5.19 (refused before)
-    swa_ok = not case.radix or DOMAIN.has("swa_decode_prefix")
+    swa_ok = not case.radix or swa_radix
     if ps > 1 and case.host_threshold == 1.0 and swa_ok and c.boolean(lean=(1, 4)):
         case = _with_swa_pool(c, case)
     if c.boolean(lean=(2,)):
         case = _tight_budget(c, case)
     bypass = [not case.radix or r.rebootstrap for r in case.requests]  # the device path without the radix cache
     # (not under lean 1, whose rebootstrapped first request would stop the pass before its locked SWA tails)
-    if ps > 1 and any(bypass) and case.host_threshold == 1.0 and c.boolean(lean=() if case.radix else True):
+    if ps > 1 and any(bypass) and case.host_threshold == 1.0 and c.boolean(lean=() if case.radix else (1, 2, 3)):
         # a boundary of the device path without the radix cache (radix off, or a rebootstrapped request, which
-        # never matches decode's tree): a budget of exactly the first j requests' charges and headroom - raw fill
-        # lengths on that path, fresh pages on the radix path - where charging a request by its tokens and
-        # allocating it whole pages part ways (T3), with running requests whose retractable tokens cover every
-        # request's output room, so that the raw-length term of the admission test is the one that binds (without
-        # it the generator had reached T3 once in 116 examples, on one release's draws only)
-        j = c.integer(1, k)
-        raw = sum(
-            (r.fill_len if bypass[i] else (pages_needed(r.fill_len, ps) - len(r.prefix_pages)) * ps)
-            + case.reserved_decode_tokens
-            for i, r in enumerate(case.requests[:j])
-        )
+        # never matches decode's tree): a budget of exactly what the first j - 1 requests take (their fresh pages)
+        # and request j's charge and headroom - its raw fill length on that path, its fresh pages on the radix path -
+        # where charging a request by its tokens and allocating it whole pages part ways (T3), with running requests
+        # whose retractable tokens cover every request's output room, so that the raw-length term of the admission
+        # test is the one that binds (without it the generator had reached T3 once in 116 examples, on one release's
+        # draws only; charging the earlier requests their raw lengths too left their page rounding to stop the pass
+        # before request j: 18 of 1000 examples allocated past the budget)
+        # counted over the requests the pass reaches (live, in its order, within the free buffers and rows)
+        live = _reached(case)[: min(case.metadata_buffers, case.request_rows)] or [0]
+        at = c.integer(0, len(live) - 1)
+        fresh = [
+            (pages_needed(r.fill_len, ps) - (0 if bypass[i] else len(r.prefix_pages))) * ps
+            for i, r in enumerate(case.requests)
+        ]
+        j = live[at]
+        charge = case.requests[j].fill_len if bypass[j] else fresh[j]
+        raw = sum(fresh[i] for i in live[:at]) + charge + case.reserved_decode_tokens
         room = max(r.max_new_tokens for r in case.requests)
         running = case.running if case.retractable_tokens >= room else ((room, None), *case.running)[:2]
         case = replace(case, token_budget=min(raw, case.token_budget), running=running)
@@ -225,6 +236,17 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     return replace(case, swa_token_budget=None if evictable else _swa_budget(c, case))
 
 
+def _reached(case: DecodeQueueCase) -> list[int]:
+    """The requests a pass would reach, in its order: live, bootstrapped and looked at (a boundary counted over
+    requests it passes over lands nowhere)."""
+    reqs = case.requests
+    live = [i for i, r in enumerate(reqs) if r.bootstrapped and not r.aborted and (r.checked or not case.restrict)]
+    if case.priority_order is not None:
+        sign = 1 if case.priority_order == "low_first" else -1
+        live.sort(key=lambda i: reqs[i].priority * sign)
+    return live
+
+
 def _swa_budget(c: Choices, case: DecodeQueueCase) -> int:
     """An SWA budget within the free SWA buffer: all of it less a shortfall (shrinks to none), or half the time
     (under lean 4 always) a boundary - exactly the first ``j`` requests' SWA charges (their tails' pages and
@@ -233,13 +255,7 @@ def _swa_budget(c: Choices, case: DecodeQueueCase) -> int:
     cap = len(case.swa_free_pages or ()) * case.page_size
     if not c.boolean(lean=(4,)):
         return cap - _shortfall(c, cap)
-    # the requests the pass would reach, in its order: live, bootstrapped and looked at (a boundary counted over
-    # requests it passes over lands nowhere)
-    reqs = case.requests
-    live = [i for i, r in enumerate(reqs) if r.bootstrapped and not r.aborted and (r.checked or not case.restrict)]
-    if case.priority_order is not None:
-        sign = 1 if case.priority_order == "low_first" else -1
-        live.sort(key=lambda i: reqs[i].priority * sign)
+    live = _reached(case)
     if not live:
         return cap
     at = len(live) - 1 - c.integer(0, len(live) - 1)  # shrinks to the last: every request before it admitted

@@ -174,7 +174,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
     assert t9.releases_for("P11") == ("0.4.5.post2",)
-    assert t3.releases_for("Q2") == ("0.5.18", "0.5.19", "0.5.20", "0.5.21")
+    assert t3.releases_for("Q2") == ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -194,13 +194,19 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     radix = replace(case, radix=True, requests=(reboot,))
     assert t3.shows({"case": radix}) and t3.explanation("Q2")({"case": radix}, over_q2)
     assert not t3.explanation("Q2")({"case": replace(case, radix=True)}, over_q2)
-    # no longer a Q1 failure: with the SWA budget driven, admission's SWA test stops such a request before its reclaim
-    assert "Q1" not in (t3.property, *t3.also)
+    # Q1 (0.5.21): with the radix cache on a hybrid SWA pool (the SWA budget counting the tree's evictable pages), the
+    # rebootstrapped request admitted so then finds no SWA page and is failed; a failure of another request is not T3
+    swa = replace(radix, swa_free_pages=(), window=1)
+    assert t3.explanation("Q1")({"case": swa}, "failed #0, expected none\nassert [0] == []")
+    assert not t3.explanation("Q1")({"case": radix}, "failed #0, expected none"), "without an SWA pool nothing fails"
+    aligned = replace(swa, requests=(replace(reboot, length=2),))
+    assert not t3.explanation("Q1")({"case": aligned}, "failed #0, expected none")
+    assert t3.releases_for("Q1") == ("0.5.21",)
 
 
 def test_t11_is_a_pass_without_the_lora_gate() -> None:
-    """T11 (0.5.19) shows only where the LoRA slot limit changes the pass, and explains a Q1/Q2/Q3/Q5 message only
-    when what the pass did is exactly the ungated pass: a pass that admits too few, or another request, is new."""
+    """T11 (0.5.17-0.5.19) shows only where the LoRA slot limit changes the pass, and explains a Q1/Q2/Q3/Q5 message
+    only when what the pass did is exactly the ungated pass: a pass that admits too few, or another request, is new."""
     from pdverify.model.queue import DecodeQueueCase, QueuedRequest
 
     t11 = KNOWN["T11"]
@@ -225,7 +231,7 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert t11.explanation("Q5")({"case": radix}, "radix locks held by #1, expected none")
     assert not t11.explanation("Q5")({"case": radix}, "radix locks held by #0, expected none")
     assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
-    assert t11.releases_for("Q3") == ("0.5.18", "0.5.19")
+    assert t11.releases_for("Q3") == ("0.5.17", "0.5.18", "0.5.19")
     # both defects of 0.5.18 and 0.5.19 in one pass: no LoRA gate, and fill lengths of one token charged for pages of
     # two (T3) - four admissions where the gate allows two and whole pages three
     one = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
@@ -274,3 +280,34 @@ def test_t13_is_a_placed_request_handled_as_unplaced() -> None:
     assert not t13.explains(aligned, "statuses ['Bootstrapping', 'Failed']: the request must not fail (...)"), (
         "rank == room % DP: the release does not fail it, so a failure there is another defect"
     )
+
+
+def test_t14_is_a_raw_swa_tail_charge() -> None:
+    """T14 (0.5.17) shows only on a paged hybrid SWA pool with a tail that ends inside a page, and explains a queue
+    property's failure only as the pass with raw SWA charges makes it: its 'KV cache is full' where that pass runs out
+    of SWA pages, or its admissions where the pages suffice - an under-admission or another request is new."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t14 = KNOWN["T14"]
+    # production shape: pages of 64, gpt-oss's window of 128, three 1000-token prompts (SWA tails of 168 tokens in 3
+    # pages each), 8 free SWA pages and an SWA budget of 512: charged 504, all three are admitted, the third finds 2
+    # pages for 3 and _pre_alloc asserts (0.5.18 admits two)
+    prompts = tuple(QueuedRequest(1000, output_len=1, max_new_tokens=32) for _ in range(3))
+    shaped = DecodeQueueCase(page_size=64, requests=prompts, free_pages=tuple(range(1, 60)), metadata_buffers=3,
+                             request_rows=3, token_budget=59 * 64, running=((4096, None),),
+                             swa_free_pages=tuple(range(1, 9)), window=128, swa_token_budget=512)  # fmt: skip
+    full = "KV cache is full! Bug in memory estimation. available=128, evictable=0, protected=0, required_alloc=1024"
+    assert t14.shows({"case": shaped}) and t14.explanation("Q1")({"case": shaped}, full)
+    assert t14.explanation("Q3")({"case": shaped}, full + "\nassert False"), "the crash, whichever property met it"
+    roomy = replace(shaped, swa_free_pages=tuple(range(1, 10)), swa_token_budget=576)  # aligned charges fit
+    assert not t14.explanation("Q1")({"case": roomy}, full), "a pass that never runs out of SWA pages"
+    # the pages suffice (9 free, the budget still 512): the raw charges admit the third request past the budget
+    over = replace(shaped, swa_free_pages=tuple(range(1, 10)))
+    assert t14.explanation("Q2")({"case": over}, "admitted #0, #1, #2, expected #0, #1 (buffers 3, rows 3, budget")
+    assert t14.explanation("Q3")({"case": over}, "queue after the pass none, expected #2")
+    assert not t14.explanation("Q2")({"case": over}, "admitted #0, expected #0, #1 (buffers 3, rows 3, budget")
+    assert not t14.explanation("Q4")({"case": over}, "192 tokens allocated, the budget was 128"), "not T14's message"
+    aligned = replace(shaped, requests=tuple(replace(r, length=1024) for r in prompts))  # tails of whole pages
+    assert not t14.shows({"case": aligned}) and not t14.shows({"case": replace(shaped, swa_free_pages=None,
+                                                                                swa_token_budget=None)})  # fmt: skip
+    assert t14.releases_for("Q2") == ("0.5.17",)
