@@ -755,12 +755,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         req.kv.retraction_backup = None
         req.kv.set_evicted_seqlen = lambda component, seqlen: None
         reqs.append(req)
+    # rebootstrap came in 0.5.16 (the strategies draw it only from there): no such field before
+    takes_rebootstrap = "is_rebootstrap" in inspect.signature(decode.DecodeRequest).parameters
     q.queue = [
         decode.DecodeRequest(
             req=req,
             kv_receiver=cast(Any, Receiver(req.rid)),
             waiting_for_input=r.bootstrapped,
-            is_rebootstrap=r.rebootstrap,
+            **({"is_rebootstrap": r.rebootstrap} if takes_rebootstrap else {}),
         )
         for req, r in zip(reqs, case.requests, strict=True)
     ]

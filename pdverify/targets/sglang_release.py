@@ -136,8 +136,10 @@ EARLIER_FORM = {
     "decode_queue": "0.5.16 registers a request's staging room with decode's staging handler after sending its "
     "metadata (#31217 moved it before, in 0.5.17, where the STAGING_REQ prefetch needs it); whether 0.5.16's prefetch, "
     "which finds its receiver through room_receivers set inside send_metadata, depends on that order is not settled, "
-    "so Q6's order clause has no contract there yet. Before 0.5.16 there is no rebootstrap, before 0.5.13 no "
-    "DecodePrefixMatch (decode_hicache_mixin); a driver for those forms is not written yet",
+    "so Q6's order clause has no contract there yet. The driver runs on 0.5.13-0.5.16 (no is_rebootstrap before "
+    "0.5.16: it passes the field where DecodeRequest has it) but their failures are not triaged yet - besides what "
+    "look like T3, T11 and T14, an abort streamed again (Q1) and radix locks (Q5) on 0.5.13-0.5.15; before 0.5.13 "
+    "there is no DecodePrefixMatch (decode_hicache_mixin)",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
