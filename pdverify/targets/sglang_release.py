@@ -139,7 +139,7 @@ EARLIER_FORM = {
     "so Q6's order clause has no contract there yet. The driver runs on 0.5.13-0.5.16 (no is_rebootstrap before "
     "0.5.16: it passes the field where DecodeRequest has it) but their failures are not triaged yet - besides what "
     "look like T3, T11 and T14, an abort streamed again (Q1) and radix locks (Q5) on 0.5.13-0.5.15; before 0.5.13 "
-    "there is no DecodePrefixMatch (decode_hicache_mixin)",
+    "there is no DecodePrefixMatch (decode_hicache_mixin); a driver for those forms is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
