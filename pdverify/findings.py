@@ -562,6 +562,55 @@ def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return long is not None and int(long.group(2)) == case.grid
 
 
+def _t16_shows(kwargs: Mapping[str, Any]) -> bool:
+    """Q1 with a request aborted while queued (one the pass looks at)."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    return isinstance(case, DecodeQueueCase) and any(r.aborted and r.checked for r in case.requests)
+
+
+def _t16_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1's receiver clause exactly as a pass that clears no aborted request's receiver gives it: the receivers
+    released are the expected ones less every aborted request."""
+    m = re.match(r"receivers released for ([#\d, ]+|none), expected ([#\d, ]+|none)$", _own_message(message))
+    if m is None:
+        return False
+    case = kwargs["case"]
+    got, want = ([int(n) for n in re.findall(r"#(\d+)", g)] for g in m.groups())
+    return got != want and sorted(got) == sorted(i for i in want if not case.requests[i].aborted)
+
+
+def _t15_shows(kwargs: Mapping[str, Any]) -> bool:
+    """Q6 with the staging buffer on and a request that can receive on the device (one with a staging room)."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    return (
+        isinstance(case, DecodeQueueCase)
+        and case.staging
+        and any(not case.to_host(i) for i in range(len(case.requests)))
+    )
+
+
+def _t15_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q6's message exactly as a release that registers the staging room after the handshake gives it: each admitted
+    request's events in the expected order but with its ``staging`` registration moved behind its metadata (and the
+    recompute request, where there is one)."""
+    import ast
+
+    m = re.match(r"handshake (\[.*?\]), expected (\[.*?\])$", _own_message(message).splitlines()[0])
+    if m is None:
+        return False
+    got, want = (list(ast.literal_eval(g)) for g in m.groups())
+    late: list[tuple[str, int]] = []
+    for event in want:
+        late.append(event)
+        if event[0] != "staging" and len(late) > 1 and late[-2] == ("staging", event[1]):
+            late[-2], late[-1] = late[-1], late[-2]
+    return bool(got != want and got == late)
+
+
 def _s19_case(kwargs: Mapping[str, Any]) -> Any:
     """S19's effective case: the drawn one with its settings (and the default attention DP) applied, as the property
     builds it."""
@@ -591,6 +640,10 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return message.startswith(f"registered [({case.bootstrap_room}, {rank})], expected []")
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
+
+QUEUE_EARLY = ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
+"""The releases the queue driver reaches before 0.5.17 (DecodePrefixMatch from 0.5.13): where T3, T11 and T14 were
+already present and the staging room was registered after the metadata (T15)."""
 
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
@@ -632,7 +685,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
@@ -646,25 +699,51 @@ KNOWN: dict[str, KnownDefect] = {
             "T11",
             "Q2",
             "sglang",
-            ("0.5.17", "0.5.18", "0.5.19"),
+            (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19"),
             "decode's pre-allocation admits requests whatever their LoRA adapters: a batch can need more adapters "
             "than --max-loras-per-batch, and the forward's fetch_new_loras asserts (fixed in 0.5.20, upstream "
             "#39332)",
             _t11_shows,
             _t11_explains,
-            also=("Q3",),
+            also=("Q3", "Q5"),
+            # Q5 sees it where the pass admits a request past the limit instead of a later one with a prefix (its
+            # lock): the ci draws meet that on 0.5.13-0.5.15
+            narrower=(("Q5", QUEUE_EARLY[:-1]),),
         ),
         KnownDefect(
             "T14",
             "Q2",
             "sglang",
-            ("0.5.17",),
+            (*QUEUE_EARLY, "0.5.17"),
             "decode's pre-allocation charges a hybrid SWA request its raw SWA tail against the SWA budget while the "
             "allocator takes whole pages: a pass admits more tails than the SWA pool holds, and _pre_alloc asserts "
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
             _t14_shows,
             _t14_explains,
             also=("Q1", "Q3"),
+            narrower=(("Q1", ("0.5.16", "0.5.17")),),
+        ),
+        KnownDefect(
+            "T16",
+            "Q1",
+            "sglang",
+            ("0.5.13", "0.5.13.post1"),
+            "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
+            "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
+            "0.5.14, upstream #28022)",
+            _t16_shows,
+            _t16_explains,
+        ),
+        KnownDefect(
+            "T15",
+            "Q6",
+            "sglang",
+            QUEUE_EARLY,
+            "with the staging buffer on, decode registers a request's staging room after sending its metadata: "
+            "prefill's STAGING_REQ prefetch, which the metadata triggers, is dropped for a room not yet registered, "
+            "and the chunk's transfer waits for a staging slot that never comes (fixed in 0.5.17, upstream #31217)",
+            _t15_shows,
+            _t15_explains,
         ),
         KnownDefect(
             "T13",

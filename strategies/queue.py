@@ -99,14 +99,16 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         # under a lean three pages at, one short of or one past the boundary: at it (lean 1), a rebootstrapped
         # request's output spills into a page of its own
         length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1, 1)[c.leaning - 1])
+        output_len = c.integer(0, 3, lean=1)  # drawn first whatever it becomes: the draws after it stay in place
         requests.append(
-            QueuedRequest(
+            _first_time_output(
                 length=length,
-                output_len=c.integer(0, 3, lean=1),
+                output_len=output_len,
                 max_new_tokens=c.integer(1, 32),
                 bootstrapped=not (waits and c.integer(0, 3) == 3),
                 aborted=aborted,
-                abort_streamed=aborted and c.boolean(),
+                # an abort already streamed sits in the queue only with true retraction (#25372, 0.5.16 on)
+                abort_streamed=aborted and c.boolean() and DOMAIN.rebootstrap,
                 priority=c.integer(0, 3) if order else 0,
                 lora=c.pick(ADAPTERS) if max_loras else None,
                 checked=c.integer(0, 3) != 3 if restrict else True,
@@ -179,6 +181,15 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     return case
 
 
+def _first_time_output(**fields: Any) -> QueuedRequest:
+    """A queued request whose output is its own only when rebootstrapped: a first-time request enters the queue
+    before prefill's first token (a retracted one resumes through ``retracted_queue``), so it holds at most the one
+    output token the fill length leaves out."""
+    if not fields["rebootstrap"]:
+        fields["output_len"] = min(fields["output_len"], 1)
+    return QueuedRequest(**fields)
+
+
 def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     """A boundary: a token budget of exactly the fresh pages' tokens of the first ``j`` requests (in arrival order)
     plus the decode headroom, or one token less - where a request is turned away for memory holding a radix lock,
@@ -210,7 +221,6 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     reach = max(window, ps) + 1 if case.radix else window
     requests, tails = [], []
     for r in case.requests:
-        r = replace(r, output_len=r.output_len if r.rebootstrap else min(r.output_len, 1))
         tail = r.fill_len - max(0, r.fill_len - reach) // ps * ps
         prefix = (r.fill_len - tail) // ps if case.radix and not r.rebootstrap else len(r.prefix_pages)
         requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))

@@ -109,7 +109,6 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queue, {"page_size": 1, "swa_free_pages": (1,), "token_budget": 3}, "needs page_size > 1"),
         (queue, {"swa_free_pages": (0,)}, "swa_free_pages must be distinct pages >= 1"),
         (queue, {"swa_free_pages": (8,), "window": 0}, "window"),
-        (queue, {"requests": (QueuedRequest(5, output_len=2),), "swa_free_pages": (8,)}, "must be 0 or 1 with an SWA"),
         (
             queue,
             {"requests": (QueuedRequest(5, prefix_pages=(9,)),), "radix": True, "swa_free_pages": (8,)},
@@ -122,6 +121,7 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queue, {"swa_token_budget": 0}, "swa_token_budget=0 needs an SWA pool and at most its 0 free tokens"),
         (queued, {"length": 0}, "length"),
         (queued, {"output_len": -1}, "output_len"),
+        (queued, {"output_len": 2}, "output_len=2 must be 0 or 1 for a request that is not rebootstrapped"),
         (queued, {"max_new_tokens": 0}, "max_new_tokens"),
         (queued, {"max_new_tokens": 4097}, "requests[0].max_new_tokens must be <= 4096"),
         (queued, {"prefix_pages": (0,)}, "prefix_pages=(0,) must be distinct pages >= 1"),
@@ -170,9 +170,9 @@ def test_in_contract_cases() -> None:
     assert d.l1_prefix == 4 and d.fill_len == 8
     assert decode(swa_free_pages=(3, 4)).swa_tail_len == 4 and decode().swa_tail_len == 0
     assert decode(swa_free_pages=(3, 4, 5), window=6, length=9, stale_row=(0,) * 13).swa_tail_len == 9
-    q = queue(requests=(QueuedRequest(5, output_len=3), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
-    assert q.retractable_tokens == 9 and q.requests[0].fill_len == 7 and q.pages_for(0) == 2 and q.pages_for(1) == 1
-    r = queue(requests=(QueuedRequest(9, output_len=2, prefix_pages=(7, 8)),), radix=True, free_pages=(1, 2, 3, 4))
+    q = queue(requests=(QueuedRequest(5, output_len=1), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
+    assert q.retractable_tokens == 9 and q.requests[0].fill_len == 5 and q.pages_for(0) == 2 and q.pages_for(1) == 1
+    r = queue(requests=(QueuedRequest(9, output_len=1, prefix_pages=(7, 8)),), radix=True, free_pages=(1, 2, 3, 4))
     assert r.prefix_len(0) == 8 and r.pages_for(0) == 1 and r.requests[0].prefill_len == 9
     b = QueuedRequest(9, output_len=2, rebootstrap=True, prefix_pages=(7, 8))
     assert b.fill_len == b.prefill_len == 11

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pdverify.cli import exitcodes
-from pdverify.findings import KNOWN
+from pdverify.findings import KNOWN, QUEUE_EARLY
 from pdverify.model.exchange import PrefillCase
 from pdverify.runner import load_properties
 from tests.test_cli import check
@@ -174,7 +174,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
     assert t9.releases_for("P11") == ("0.4.5.post2",)
-    assert t3.releases_for("Q2") == ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
+    assert t3.releases_for("Q2") == (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -231,7 +231,18 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert t11.explanation("Q5")({"case": radix}, "radix locks held by #1, expected none")
     assert not t11.explanation("Q5")({"case": radix}, "radix locks held by #0, expected none")
     assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
-    assert t11.releases_for("Q3") == ("0.5.17", "0.5.18", "0.5.19")
+    assert t11.releases_for("Q3")[-3:] == ("0.5.17", "0.5.18", "0.5.19") and "0.5.13" in t11.releases_for("Q3")
+    assert "0.5.16" not in t11.releases_for("Q5"), "Q5 meets it only where the ci draws reach it"
+    # generated on 0.5.13-0.5.15: the pass admits 'a' past the one slot and runs out of rows before the last base
+    # request, whose prefix the contract admits and locks
+    base = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
+    four = (base, base, replace(base, lora="a"), replace(base, prefix_pages=(99,)))
+    rows = DecodeQueueCase(page_size=1, requests=four,
+                           free_pages=tuple(range(1, 45)), metadata_buffers=4, request_rows=3, token_budget=44,
+                           priority_order="low_first", max_loras=1, radix=True)  # fmt: skip
+    assert t11.shows({"case": rows})
+    assert t11.explanation("Q5")({"case": rows}, "radix locks held by none, expected #3")
+    assert not t11.explanation("Q5")({"case": rows}, "radix locks held by #3, expected none")
     # both defects of 0.5.18 and 0.5.19 in one pass: no LoRA gate, and fill lengths of one token charged for pages of
     # two (T3) - four admissions where the gate allows two and whole pages three
     one = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
@@ -310,4 +321,53 @@ def test_t14_is_a_raw_swa_tail_charge() -> None:
     aligned = replace(shaped, requests=tuple(replace(r, length=1024) for r in prompts))  # tails of whole pages
     assert not t14.shows({"case": aligned}) and not t14.shows({"case": replace(shaped, swa_free_pages=None,
                                                                                 swa_token_budget=None)})  # fmt: skip
-    assert t14.releases_for("Q2") == ("0.5.17",)
+    assert t14.releases_for("Q2")[-1] == "0.5.17" and t14.releases_for("Q1") == ("0.5.16", "0.5.17")
+
+
+def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
+    """T15 (0.5.13-0.5.16) shows only with staging on and a device-bound request, and explains Q6's message only as
+    the handshake with each staging registration moved behind its request's metadata (and recompute request): a
+    registration missing, or moved elsewhere, is new."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t15 = KNOWN["T15"]
+    case = DecodeQueueCase(page_size=4, requests=(QueuedRequest(5, rebootstrap=True), QueuedRequest(6)),
+                           free_pages=tuple(range(1, 17)), metadata_buffers=2, request_rows=2, token_budget=64,
+                           staging=True)  # fmt: skip
+    assert t15.shows({"case": case}) and not t15.shows({"case": replace(case, staging=False)})
+    want = "[('staging', 0), ('metadata', 0), ('recompute', 0), ('staging', 1), ('metadata', 1)]"
+    late = "[('metadata', 0), ('recompute', 0), ('staging', 0), ('metadata', 1), ('staging', 1)]"
+    assert t15.explains({"case": case}, f"handshake {late}, expected {want}\nassert [...] == [...]")
+    between = "[('metadata', 0), ('staging', 0), ('recompute', 0), ('metadata', 1), ('staging', 1)]"
+    assert not t15.explains({"case": case}, f"handshake {between}, expected {want}"), "not after the recompute"
+    lost = "[('metadata', 0), ('recompute', 0), ('metadata', 1), ('staging', 1)]"
+    assert not t15.explains({"case": case}, f"handshake {lost}, expected {want}"), "a registration lost is new"
+    assert not t15.explains({"case": case}, f"handshake {want}, expected {want}")
+    assert not t15.explains({"case": case}, "#0 registered pages [1, 2] (int32), holds [1]")
+    assert t15.releases[0] == "0.5.13" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
+
+
+def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
+    """T16 (0.5.13) shows only with a request aborted while queued, and explains Q1's receiver clause only as the
+    expected releases less every aborted request: a live request's receiver missing as well is new."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t16 = KNOWN["T16"]
+    reqs = (QueuedRequest(9, aborted=True), QueuedRequest(6), QueuedRequest(5), QueuedRequest(7))
+    case = DecodeQueueCase(page_size=4, requests=reqs, free_pages=tuple(range(1, 17)), metadata_buffers=4,
+                           request_rows=4, token_budget=64)  # fmt: skip
+    assert t16.shows({"case": case}) and not t16.shows({"case": replace(case, requests=reqs[1:])})
+    assert not t16.shows({"case": replace(case, requests=(replace(reqs[0], checked=False),), restrict=True)})
+    assert t16.explains({"case": case}, "receivers released for none, expected #0\nassert [] == [0]")
+    assert not t16.explains({"case": case}, "receivers released for #0, expected #0")
+    assert not t16.explains({"case": case}, "receivers released for #1, expected #0"), "another request's: new"
+    assert not t16.explains({"case": case}, "failed none, expected #0")
+    swa = "receivers released for #2, expected #0, #2"  # a request failed for its SWA tail keeps its clear
+    assert t16.explains({"case": case}, swa)
+    assert t16.releases == ("0.5.13", "0.5.13.post1")
+
+
+def _release(version: str) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(package="sglang", release=version)

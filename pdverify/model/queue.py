@@ -40,7 +40,8 @@ class QueuedRequest:
     length: int
     """Prompt tokens (``origin_input_ids``)."""
     output_len: int = 1
-    """Output tokens prefill already produced (``output_ids``)."""
+    """Output tokens it holds (``output_ids``): any number when rebootstrapped, else 0 or 1 - a first-time request
+    has none yet, and the one the fill length leaves out changes nothing."""
     max_new_tokens: int = 8
     bootstrapped: bool = True
     """Its KV receiver is ready (``waiting_for_input``); a request still bootstrapping is passed over."""
@@ -72,6 +73,12 @@ class QueuedRequest:
             raise TypeError(f"lora must be an adapter name or None, got {self.lora!r}")
         if 0 in self.prefix_pages or len(set(self.prefix_pages)) != len(self.prefix_pages):
             raise ValueError(f"prefix_pages={self.prefix_pages} must be distinct pages >= 1")
+        if self.output_len > 1 and not self.rebootstrap:
+            raise ValueError(
+                f"output_len={self.output_len} must be 0 or 1 for a request that is not rebootstrapped: a first-time "
+                "request is queued before prefill's first token (DecodePreallocQueue.add; a retracted one resumes "
+                "through retracted_queue), and the fill length leaves out the last output token"
+            )
 
     @property
     def fill_len(self) -> int:
@@ -188,8 +195,6 @@ class DecodeQueueCase:
                 raise ValueError("swa_free_pages must be distinct pages >= 1")
             require_int("window", self.window, minimum=1)
             for i, r in enumerate(self.requests):
-                if r.output_len > 1 and not r.rebootstrap:
-                    raise ValueError(f"requests[{i}].output_len={r.output_len} must be 0 or 1 with an SWA pool")
                 if self.prefix_len(i) > r.fill_len - self.swa_tail_len(i):
                     raise ValueError(f"requests[{i}]'s prefix reaches into its SWA tail")
             if self.host_threshold < 1:

@@ -141,15 +141,18 @@ def int64_destinations(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _Int64Destinations(case, device).run()
 
 
-class _DestinationFromFill(PreallocPass):
+class _DestinationFloored(PreallocPass):
+    # (was: up to fill_len instead of L - equivalent on every reachable input: a first-time request holds no output
+    # beyond the one fill_len leaves out, and a rebootstrapped one's fill_len is L)
     def destination(self, i: int, row: int) -> np.ndarray:
-        kv = self.req_to_token[row, self.prefix(i) : self.case.requests[i].fill_len]
-        return kv_to_page_indices(kv, self.case.page_size).astype(np.int32)
+        ps = self.case.page_size
+        kv = self.req_to_token[row, self.prefix(i) : self.case.requests[i].prefill_len // ps * ps]
+        return kv_to_page_indices(kv, ps).astype(np.int32)
 
 
-@mutant("XQ13", "decode_queue", "wrong end", "destination list up to fill_len (prompt + outputs) instead of L")
-def destination_from_fill(case: DecodeQueueCase, device: str) -> QueueTrace:
-    return _DestinationFromFill(case, device).run()
+@mutant("XQ13", "decode_queue", "wrong end", "the destination list ends at L floored to a page: the partial page lost")
+def destination_floored(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _DestinationFloored(case, device).run()
 
 
 class _LockKept(PreallocPass):

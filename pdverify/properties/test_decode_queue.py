@@ -128,6 +128,9 @@ def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
 def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
     within_release(case)  # an explicit example with a later release's input is outside an earlier one's domain
     within_domain(DOMAIN.rebootstrap or not any(r.rebootstrap for r in case.requests), "a PD rebootstrap")
+    # only true retraction (#25372, with the rebootstrap) queues a request whose abort was already streamed
+    streamed = any(r.aborted and r.abort_streamed for r in case.requests)
+    within_domain(DOMAIN.rebootstrap or not streamed, "an abort already streamed while queued")
     within_domain(DOMAIN.allocation_policy or case.allocation_policy == "early", "an allocation policy")
     trace: QueueTrace = target.require("decode_queue")(case, device)
     _events(case, trace)

@@ -757,14 +757,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         reqs.append(req)
     # rebootstrap came in 0.5.16 (the strategies draw it only from there): no such field before
     takes_rebootstrap = "is_rebootstrap" in inspect.signature(decode.DecodeRequest).parameters
+    rebootstrap: list[dict[str, Any]] = [
+        {"is_rebootstrap": r.rebootstrap} if takes_rebootstrap else {} for r in case.requests
+    ]
     q.queue = [
         decode.DecodeRequest(
-            req=req,
-            kv_receiver=cast(Any, Receiver(req.rid)),
-            waiting_for_input=r.bootstrapped,
-            **({"is_rebootstrap": r.rebootstrap} if takes_rebootstrap else {}),
+            req=req, kv_receiver=cast(Any, Receiver(req.rid)), waiting_for_input=r.bootstrapped, **flag
         )
-        for req, r in zip(reqs, case.requests, strict=True)
+        for req, r, flag in zip(reqs, case.requests, rebootstrap, strict=True)
     ]
     checked = [f"r{i}" for i, r in enumerate(case.requests) if r.checked] if case.restrict else None
     disagg = _disagg(radix=case.radix)
