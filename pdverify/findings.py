@@ -641,9 +641,9 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
 
-QUEUE_EARLY = ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
-"""The releases the queue driver reaches before 0.5.17 (DecodePrefixMatch from 0.5.13): where T3, T11 and T14 were
-already present and the staging room was registered after the metadata (T15)."""
+QUEUE_EARLY = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
+"""The releases the queue driver reaches before 0.5.17 (from 0.5.12, the first with SWA-tail pre-allocation): where T3,
+T11 and T14 were already present and the staging room was registered after the metadata (T15)."""
 
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
@@ -707,7 +707,7 @@ KNOWN: dict[str, KnownDefect] = {
             _t11_explains,
             also=("Q3", "Q5"),
             # Q5 sees it where the pass admits a request past the limit instead of a later one with a prefix (its
-            # lock): the ci draws meet that on 0.5.13-0.5.15
+            # lock): the ci draws meet that on 0.5.12-0.5.15
             narrower=(("Q5", QUEUE_EARLY[:-1]),),
         ),
         KnownDefect(
@@ -727,7 +727,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T16",
             "Q1",
             "sglang",
-            ("0.5.13", "0.5.13.post1"),
+            QUEUE_EARLY[:4],
             "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
             "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
             "0.5.14, upstream #28022)",

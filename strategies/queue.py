@@ -150,7 +150,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         case = _host_short_of_reserve(c, case)
     # a hybrid SWA model with the decode radix cache: accepted from 0.5.19 (refused before)
     swa_ok = not case.radix or swa_radix
-    if ps > 1 and case.host_threshold == 1.0 and swa_ok and c.boolean(lean=(1, 4)):
+    tails = DOMAIN.has("swa_tail_prealloc")  # before #24857 a hybrid SWA request takes its whole sequence there
+    if ps > 1 and case.host_threshold == 1.0 and swa_ok and tails and c.boolean(lean=(1, 4)):
         case = _with_swa_pool(c, case)
     if c.boolean(lean=(2,)):
         case = _tight_budget(c, case)

@@ -233,7 +233,7 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
     assert t11.releases_for("Q3")[-3:] == ("0.5.17", "0.5.18", "0.5.19") and "0.5.13" in t11.releases_for("Q3")
     assert "0.5.16" not in t11.releases_for("Q5"), "Q5 meets it only where the ci draws reach it"
-    # generated on 0.5.13-0.5.15: the pass admits 'a' past the one slot and runs out of rows before the last base
+    # generated on 0.5.12-0.5.15: the pass admits 'a' past the one slot and runs out of rows before the last base
     # request, whose prefix the contract admits and locks
     base = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
     four = (base, base, replace(base, lora="a"), replace(base, prefix_pages=(99,)))
@@ -325,7 +325,7 @@ def test_t14_is_a_raw_swa_tail_charge() -> None:
 
 
 def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
-    """T15 (0.5.13-0.5.16) shows only with staging on and a device-bound request, and explains Q6's message only as
+    """T15 (0.5.12-0.5.16) shows only with staging on and a device-bound request, and explains Q6's message only as
     the handshake with each staging registration moved behind its request's metadata (and recompute request): a
     registration missing, or moved elsewhere, is new."""
     from pdverify.model.queue import DecodeQueueCase, QueuedRequest
@@ -344,12 +344,12 @@ def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
     assert not t15.explains({"case": case}, f"handshake {lost}, expected {want}"), "a registration lost is new"
     assert not t15.explains({"case": case}, f"handshake {want}, expected {want}")
     assert not t15.explains({"case": case}, "#0 registered pages [1, 2] (int32), holds [1]")
-    assert t15.releases[0] == "0.5.13" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
+    assert t15.releases[0] == "0.5.12" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
 
 
 def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
-    """T16 (0.5.13) shows only with a request aborted while queued, and explains Q1's receiver clause only as the
-    expected releases less every aborted request: a live request's receiver missing as well is new."""
+    """T16 (0.5.12-0.5.13.post1) shows only with a request aborted while queued, and explains Q1's receiver clause
+    only as the expected releases less every aborted request: a live request's receiver missing as well is new."""
     from pdverify.model.queue import DecodeQueueCase, QueuedRequest
 
     t16 = KNOWN["T16"]
@@ -364,7 +364,7 @@ def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
     assert not t16.explains({"case": case}, "failed none, expected #0")
     swa = "receivers released for #2, expected #0, #2"  # a request failed for its SWA tail keeps its clear
     assert t16.explains({"case": case}, swa)
-    assert t16.releases == ("0.5.13", "0.5.13.post1")
+    assert t16.releases == ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
 
 
 def _release(version: str) -> object:

@@ -228,10 +228,13 @@ class DecodeQueueCase:
 
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
-        decode-side prefixes (the radix cache), host receive, a hybrid SWA pool with the radix cache."""
+        decode-side prefixes (the radix cache), host receive, a hybrid SWA pool (its tail pre-allocated), with the radix
+        cache."""
         used = ["decode_prefixes"] if self.radix else []
         if self.host_threshold < 1:
             used.append("host_receive")
+        if self.swa_free_pages is not None:
+            used.append("swa_tail_prealloc")
         if self.radix and self.swa_free_pages is not None:
             used.append("swa_decode_prefix")
         return tuple(used)

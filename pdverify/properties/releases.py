@@ -173,6 +173,9 @@ FROM_DECODE_HICACHE = Contract(
     "0.5.13",
     "0.5.13",
 )
+FROM_SWA_TAIL_PREALLOC = Contract(
+    "decode pre-allocates a hybrid SWA request's window tail only (#24857), first in sglang 0.5.12", "0.5.12"
+)
 FROM_SWA_PAGED_POOL = Contract(
     "hybrid SWA pools at a page size above 1 (SWATokenToKVPoolAllocator's page_size, #16296), first in sglang 0.5.8",
     "0.5.8",
@@ -213,6 +216,7 @@ FEATURES: dict[str, Contract] = {
     "decode_hicache": FROM_DECODE_HICACHE,
     "state_lists": FROM_STATE_LISTS,
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
+    "swa_tail_prealloc": FROM_SWA_TAIL_PREALLOC,
     "dcp_prefill": FROM_DCP_PREFILL,
 }
 """Input feature -> the first release that has it."""

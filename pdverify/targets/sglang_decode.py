@@ -576,7 +576,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     environment does not install).
     """
     from sglang.srt.disaggregation import decode
-    from sglang.srt.disaggregation.decode_hicache_mixin import DecodePrefixMatch
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
@@ -697,12 +696,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             req.lock = self.tree_cache.lock(req.rid) if pages else None
             # 0.5.20 on release through dec_lock_ref(node, receipt); 0.5.19 passes the lock's swa_uuid_for_lock
             req.last_node = req.lock_receipt = req.swa_uuid_for_lock = req.lock
-            return DecodePrefixMatch(
-                prefix_indices=torch.tensor(locations, dtype=torch.int64),
-                l2_host_hit_length=0,
-                l3_storage_hit_length=0,
-                last_device_node=None,
-            )
+            return _prefix_match(torch.tensor(locations, dtype=torch.int64), 0)
 
     lora_manager = SimpleNamespace(max_loras_per_batch=case.max_loras or 1, num_pinned_loras=0)
 
@@ -710,6 +704,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         if req.lora_id in running_loras:
             return True
         return bool(LoRAManager.validate_lora_batch(cast(Any, lora_manager), {req.lora_id} | running_loras))
+
+    def stream_output(reqs: Any, logprob: Any) -> None:
+        streamed.extend(r.rid for r in reqs)
 
     running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
     q: Any = Queue()
@@ -724,7 +721,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         schedule_low_priority_values_first=case.priority_order == "low_first",
         enable_lora=case.max_loras is not None,
         can_schedule_lora_req=can_schedule_lora_req,
-        output_streamer=SimpleNamespace(stream_output=lambda reqs, logprob: streamed.extend(r.rid for r in reqs)),
+        output_streamer=SimpleNamespace(stream_output=stream_output),
+        stream_output=stream_output,  # the scheduler's own method to 0.5.12 (its output_streamer from 0.5.13)
         enable_decode_hicache=case.radix,
         sliding_window_size=case.window if case.swa_free_pages is not None else None,
         tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
