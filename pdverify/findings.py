@@ -581,6 +581,41 @@ def _t16_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return got != want and sorted(got) == sorted(i for i in want if not case.requests[i].aborted)
 
 
+def _t17_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass under priority scheduling where the priority order is not the arrival order."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase) or case.priority_order is None:
+        return False
+    sign = 1 if case.priority_order == "low_first" else -1
+    order = sorted(range(len(case.requests)), key=lambda i: case.requests[i].priority * sign)
+    return order != list(range(len(case.requests)))
+
+
+def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) when what the pass did is what it does in
+    arrival order - the priority sort missing - alone or with the release's other queue defects (no LoRA gate: T11;
+    raw fill lengths: T3)."""
+    from dataclasses import replace
+
+    from pdverify.oracle.decode_queue import expected_pass
+
+    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
+    if m is None or m.group(1) not in _T11_FIELDS:
+        return False
+    arrival = replace(kwargs["case"], priority_order=None)
+    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
+    field = _T11_FIELDS[m.group(1)]
+    passes = (
+        expected_pass(arrival),
+        _defective_queue_pass(arrival, raw_fill=True),
+        _defective_queue_pass(arrival, lora_gate=False),
+        _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
+    )
+    return any(_pass_shows(p, field, got) for p in passes)
+
+
 def _t15_shows(kwargs: Mapping[str, Any]) -> bool:
     """Q6 with the staging buffer on and a request that can receive on the device (one with a staging room)."""
     from pdverify.model.queue import DecodeQueueCase
@@ -641,7 +676,8 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
 
-QUEUE_EARLY = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
+QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
+               "0.5.16")  # fmt: skip
 """The releases the queue driver reaches before 0.5.17 (from 0.5.12, the first with SWA-tail pre-allocation): where T3,
 T11 and T14 were already present and the staging room was registered after the metadata (T15)."""
 
@@ -714,7 +750,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T14",
             "Q2",
             "sglang",
-            (*QUEUE_EARLY, "0.5.17"),
+            (*QUEUE_EARLY[1:], "0.5.17"),  # SWA-tail pre-allocation from 0.5.12 (#24857)
             "decode's pre-allocation charges a hybrid SWA request its raw SWA tail against the SWA budget while the "
             "allocator takes whole pages: a pass admits more tails than the SWA pool holds, and _pre_alloc asserts "
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
@@ -724,10 +760,22 @@ KNOWN: dict[str, KnownDefect] = {
             narrower=(("Q1", ("0.5.16", "0.5.17")),),
         ),
         KnownDefect(
+            "T17",
+            "Q2",
+            "sglang",
+            ("0.5.11",),
+            "with --enable-priority-scheduling, decode's pre-allocation ignores the requests' priorities: it fails, "
+            "admits and keeps them in arrival order, so a high-priority request waits behind lower ones for decode "
+            "memory (fixed in 0.5.12, upstream #25062)",
+            _t17_shows,
+            _t17_explains,
+            also=("Q1", "Q3", "Q5"),
+        ),
+        KnownDefect(
             "T16",
             "Q1",
             "sglang",
-            QUEUE_EARLY[:4],
+            QUEUE_EARLY[:5],
             "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
             "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
             "0.5.14, upstream #28022)",

@@ -233,7 +233,7 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert not t11.explanation("Q4")(args, "12 tokens allocated, the budget was 8"), "not a pass-level message"
     assert t11.releases_for("Q3")[-3:] == ("0.5.17", "0.5.18", "0.5.19") and "0.5.13" in t11.releases_for("Q3")
     assert "0.5.16" not in t11.releases_for("Q5"), "Q5 meets it only where the ci draws reach it"
-    # generated on 0.5.12-0.5.15: the pass admits 'a' past the one slot and runs out of rows before the last base
+    # generated on 0.5.11-0.5.15: the pass admits 'a' past the one slot and runs out of rows before the last base
     # request, whose prefix the contract admits and locks
     base = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
     four = (base, base, replace(base, lora="a"), replace(base, prefix_pages=(99,)))
@@ -325,7 +325,7 @@ def test_t14_is_a_raw_swa_tail_charge() -> None:
 
 
 def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
-    """T15 (0.5.12-0.5.16) shows only with staging on and a device-bound request, and explains Q6's message only as
+    """T15 (0.5.11-0.5.16) shows only with staging on and a device-bound request, and explains Q6's message only as
     the handshake with each staging registration moved behind its request's metadata (and recompute request): a
     registration missing, or moved elsewhere, is new."""
     from pdverify.model.queue import DecodeQueueCase, QueuedRequest
@@ -344,11 +344,11 @@ def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
     assert not t15.explains({"case": case}, f"handshake {lost}, expected {want}"), "a registration lost is new"
     assert not t15.explains({"case": case}, f"handshake {want}, expected {want}")
     assert not t15.explains({"case": case}, "#0 registered pages [1, 2] (int32), holds [1]")
-    assert t15.releases[0] == "0.5.12" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
+    assert t15.releases[0] == "0.5.11" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
 
 
 def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
-    """T16 (0.5.12-0.5.13.post1) shows only with a request aborted while queued, and explains Q1's receiver clause
+    """T16 (0.5.11-0.5.13.post1) shows only with a request aborted while queued, and explains Q1's receiver clause
     only as the expected releases less every aborted request: a live request's receiver missing as well is new."""
     from pdverify.model.queue import DecodeQueueCase, QueuedRequest
 
@@ -364,10 +364,34 @@ def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
     assert not t16.explains({"case": case}, "failed none, expected #0")
     swa = "receivers released for #2, expected #0, #2"  # a request failed for its SWA tail keeps its clear
     assert t16.explains({"case": case}, swa)
-    assert t16.releases == ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
+    assert t16.releases == ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
 
 
 def _release(version: str) -> object:
     from types import SimpleNamespace
 
     return SimpleNamespace(package="sglang", release=version)
+
+
+def test_t17_is_a_pass_in_arrival_order() -> None:
+    """T17 (0.5.11) shows only under priority scheduling where the priority order is not the arrival order, and
+    explains a queue property's message only as the pass in arrival order gives it: another order is new."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t17 = KNOWN["T17"]
+    reqs = (QueuedRequest(5, priority=1), QueuedRequest(6, priority=3), QueuedRequest(7, priority=1))
+    case = DecodeQueueCase(page_size=4, requests=reqs, free_pages=tuple(range(1, 17)), metadata_buffers=2,
+                           request_rows=3, token_budget=64, priority_order="high_first")  # fmt: skip
+    assert t17.shows({"case": case})
+    assert not t17.shows({"case": replace(case, priority_order=None)})
+    assert not t17.shows({"case": replace(case, priority_order="low_first", requests=reqs[:1])}), "one request"
+    in_order = replace(case, requests=(reqs[1], reqs[0], reqs[2]))  # the highest first already: the sort is a no-op
+    assert not t17.shows({"case": in_order})
+    q2 = t17.explanation("Q2")
+    assert q2({"case": case}, "admitted #0, #1, expected #1, #0 (buffers 2, rows 3, budget 64 tokens)")
+    assert not q2({"case": case}, "admitted #1, #2, expected #1, #0 (buffers 2, rows 3, budget 64 tokens)")
+    one = {"case": replace(case, metadata_buffers=1)}  # arrival admits #0, the priority order #1
+    assert t17.explanation("Q3")(one, "queue after the pass #1, #2, expected #0, #2")
+    assert not t17.explanation("Q3")(one, "queue after the pass #2, #1, expected #0, #2"), "another order"
+    assert not q2({"case": case}, "2 tokens allocated, the budget was 1"), "not a pass-level message"
+    assert t17.properties() == ("Q2", "Q1", "Q3", "Q5") and t17.releases == ("0.5.11",)

@@ -676,6 +676,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         def _allocatable_token_budgets(self, **kw: Any) -> int:
             return int(case.token_budget - (start - full_available()))
 
+        _allocatable_tokens = _allocatable_token_budgets  # its name to 0.5.11
+
         def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
             return self._allocatable_token_budgets(), self._swa_tail_allocatable_token_budget()
 

@@ -22,7 +22,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.12 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs from 0.5.11 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -109,23 +109,25 @@ before it the sender prefill initialises is a placeholder). 0.4.5.post1 initiali
 count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
 input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
 ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
-DECODE_QUEUE_DRIVER_FROM = "0.5.12"
-"""The first release the ``pop_preallocated`` driver runs on: the queue has the form it is written against from 0.5.12
-(SWA-tail pre-allocation, #24857, and the priority sort, #25062; ``DecodePrefixMatch`` from 0.5.13, #26227 -
-0.5.12's match is an ``(indices, length)`` pair, its streamer the scheduler's own ``stream_output``; the KV
-bookkeeping on the request to 0.5.18, ``req.kv`` from 0.5.19; the flags read through ``get_disagg()`` and locks
-released by receipt from 0.5.20 - 0.5.13 to 0.5.19 read ``scheduler.server_args`` and release by
-``dec_lock_ref(node)`` or ``swa_uuid_for_lock``, all met by the driver - no SWA-tail reclaim before 0.5.19, raw SWA
-charges before 0.5.18 (#33794: T14), no LoRA admission gate before 0.5.20 (#39332: T11), the staging room registered
-after the metadata before 0.5.17 (#31217: T15), an aborted request's receiver not cleared to 0.5.13 (#28022: T16),
-and no rebootstrap before 0.5.16 (#25372: the driver passes ``is_rebootstrap`` only where ``DecodeRequest`` has it;
-a request whose abort was already streamed is queued only with it), with the destination list and admission inline
-to 0.5.20 (``_send_kv_metadata`` / ``_transfer_page_indices`` and ``_required_admission_tokens`` from 0.5.21) and no
-host receive before 0.5.21 (#40238: the ``host_receive`` input feature). 0.5.21's lock receipts and
-``set_extend_range`` are set on the stand-ins too. The budgets are the case's (``_allocatable_token_budgets`` and
-the SWA side's ``_swa_tail_allocatable_token_budget``, less what the pass committed). Before 0.5.22 the paged
-allocator's ``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU, held
-to SGLang's own ``alloc_extend_naive`` by a test."""
+DECODE_QUEUE_DRIVER_FROM = "0.5.11"
+"""The first release the ``pop_preallocated`` driver runs on: the queue has the form it is written against from 0.5.11,
+the first with a decode prefix (``DecodePrefixMatch`` from 0.5.13, #26227 - 0.5.11-0.5.12.post1 match as an
+``(indices, length)`` pair and stream through the scheduler's own ``stream_output``, and 0.5.11 budgets through
+``_allocatable_tokens``, all met by the driver; no SWA-tail pre-allocation before 0.5.12, #24857: the
+``swa_tail_prealloc`` input feature; no priority sort before 0.5.12, #25062: T17; the KV bookkeeping on the request
+to 0.5.18, ``req.kv`` from 0.5.19; the flags read through ``get_disagg()`` and locks released by receipt from 0.5.20
+- 0.5.13 to 0.5.19 read ``scheduler.server_args`` and release by ``dec_lock_ref(node)`` or ``swa_uuid_for_lock``,
+all met by the driver - no SWA-tail reclaim before 0.5.19, raw SWA charges before 0.5.18 (#33794: T14), no LoRA
+admission gate before 0.5.20 (#39332: T11), the staging room registered after the metadata before 0.5.17 (#31217:
+T15), an aborted request's receiver not cleared to 0.5.13 (#28022: T16), and no rebootstrap before 0.5.16 (#25372:
+the driver passes ``is_rebootstrap`` only where ``DecodeRequest`` has it; a request whose abort was already streamed
+is queued only with it), with the destination list and admission inline to 0.5.20 (``_send_kv_metadata`` /
+``_transfer_page_indices`` and ``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21
+(#40238: the ``host_receive`` input feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the
+stand-ins too. The budgets are the case's (``_allocatable_token_budgets`` and the SWA side's
+``_swa_tail_allocatable_token_budget``, less what the pass committed). Before 0.5.22 the paged allocator's
+``alloc_extend`` launches a Triton kernel only; ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's
+own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.14 and earlier have no early cached-prefix send (#29316: no "
     "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX, which the driver switches and S15, S21 and S23 are about), and "
@@ -136,12 +138,9 @@ EARLIER_FORM = {
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.5.11 has no SWA-tail pre-allocation (#24857: a hybrid SWA request takes its whole sequence "
-    "in the SWA pool, no SWA budget) and no priority sort in the pass (#25062 'Fix priority scheduling in PD "
-    "disaggregation mode', a fix, 0.5.12), budgets through _allocatable_tokens and sends one state payload chosen by "
-    "the pool's type; the driver runs there but its budget does not hold yet (a pass allocates past the case's "
-    "budget: not triaged); before 0.5.11 there is no decode prefix and 0.5.5-0.5.10 accumulate the budget as "
-    "origin_input_len + num_reserved_decode_tokens; a driver for those forms is not written yet",
+    "decode_queue": "0.5.10 and earlier have no decode prefix (the decode radix cache came in 0.5.11) and 0.5.5-0.5.10 "
+    "accumulate the budget as origin_input_len + num_reserved_decode_tokens per admission (no _allocatable_tokens "
+    "re-read after each); a driver for those forms is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
