@@ -435,6 +435,15 @@ _T11_FIELDS = {
 }
 
 
+def _pass_message(message: str) -> tuple[str, list[int]] | None:
+    """A pass-level queue message (``<what> <got>, expected <want>``, Q1, Q2, Q3 or Q5) as the pass field it names and
+    the requests the release gave there; None for any other message."""
+    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
+    if m is None or m.group(1) not in _T11_FIELDS:
+        return None
+    return _T11_FIELDS[m.group(1)], [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
+
+
 def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) when what the pass did is exactly what it does
     without the LoRA gate: every request the limit should have passed over was taken as if its adapter fit."""
@@ -442,12 +451,11 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
     from pdverify.oracle.decode_queue import expected_pass
 
-    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
-    if m is None or m.group(1) not in _T11_FIELDS:
+    shown = _pass_message(message)
+    if shown is None:
         return False
     case = kwargs["case"]
-    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
-    field = _T11_FIELDS[m.group(1)]
+    field, got = shown
     # the releases with T11 (0.5.17-0.5.19) have T3 too: a pass can show both
     passes = (expected_pass(replace(case, max_loras=None)), _defective_queue_pass(case, lora_gate=False, raw_fill=True))
     return any(_pass_shows(p, field, got) for p in passes)
@@ -538,11 +546,8 @@ def _t14_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     own = _own_message(message)
     if own.startswith("KV cache is full! Bug in memory estimation."):
         return any(v is None for v in variants)
-    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", own)
-    if m is None or m.group(1) not in _T11_FIELDS:
-        return False
-    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
-    return any(_pass_shows(v, _T11_FIELDS[m.group(1)], got) for v in variants)
+    shown = _pass_message(message)
+    return shown is not None and any(_pass_shows(v, *shown) for v in variants)
 
 
 def _t12_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -601,19 +606,17 @@ def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
     from pdverify.oracle.decode_queue import expected_pass
 
-    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
-    if m is None or m.group(1) not in _T11_FIELDS:
+    shown = _pass_message(message)
+    if shown is None:
         return False
     arrival = replace(kwargs["case"], priority_order=None)
-    got = [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
-    field = _T11_FIELDS[m.group(1)]
     passes = (
         expected_pass(arrival),
         _defective_queue_pass(arrival, raw_fill=True),
         _defective_queue_pass(arrival, lora_gate=False),
         _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
     )
-    return any(_pass_shows(p, field, got) for p in passes)
+    return any(_pass_shows(p, *shown) for p in passes)
 
 
 def _t15_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -678,8 +681,9 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16")  # fmt: skip
-"""The releases the queue driver reaches before 0.5.17 (from 0.5.12, the first with SWA-tail pre-allocation): where T3,
-T11 and T14 were already present and the staging room was registered after the metadata (T15)."""
+"""The releases the queue driver reaches before 0.5.17 (from 0.5.11, the first with a decode prefix): where T3 and T11
+were already present (T14 from 0.5.12, with SWA-tail pre-allocation) and the staging room was registered after the
+metadata (T15)."""
 
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
@@ -744,13 +748,13 @@ KNOWN: dict[str, KnownDefect] = {
             also=("Q3", "Q5"),
             # Q5 sees it where the pass admits a request past the limit instead of a later one with a prefix (its
             # lock): the ci draws meet that on 0.5.12-0.5.15
-            narrower=(("Q5", QUEUE_EARLY[:-1]),),
+            narrower=(("Q5", QUEUE_EARLY[: QUEUE_EARLY.index("0.5.16")]),),
         ),
         KnownDefect(
             "T14",
             "Q2",
             "sglang",
-            (*QUEUE_EARLY[1:], "0.5.17"),  # SWA-tail pre-allocation from 0.5.12 (#24857)
+            (*QUEUE_EARLY[QUEUE_EARLY.index("0.5.12") :], "0.5.17"),  # SWA-tail pre-allocation (#24857)
             "decode's pre-allocation charges a hybrid SWA request its raw SWA tail against the SWA budget while the "
             "allocator takes whole pages: a pass admits more tails than the SWA pool holds, and _pre_alloc asserts "
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
@@ -775,7 +779,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T16",
             "Q1",
             "sglang",
-            QUEUE_EARLY[:5],
+            QUEUE_EARLY[: QUEUE_EARLY.index("0.5.14")],
             "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
             "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
             "0.5.14, upstream #28022)",

@@ -194,7 +194,9 @@ def _queue_base() -> Any:
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
             return 10**9
 
-        _allocatable_tokens = _allocatable_token_budgets  # the budget's name to 0.5.11
+        def _allocatable_tokens(self, *args: Any, **kw: Any) -> int:
+            """The budget's name to 0.5.11: whatever ``_allocatable_token_budgets`` a driver gives."""
+            return int(self._allocatable_token_budgets(*args, **kw))
 
     return Queue
 
@@ -675,8 +677,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, **kw: Any) -> int:
             return int(case.token_budget - (start - full_available()))
-
-        _allocatable_tokens = _allocatable_token_budgets  # its name to 0.5.11
 
         def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
             return self._allocatable_token_budgets(), self._swa_tail_allocatable_token_budget()
