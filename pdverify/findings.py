@@ -214,8 +214,13 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     ps, r = case.page_size, case.requests[extra[0]]
     if case.radix and not r.rebootstrap:
         return False  # the radix path charges whole pages
+    from pdverify.production.decode_queue import PreallocPass
+
     held = [len(q.prefix_pages) if case.radix and not q.rebootstrap else 0 for q in case.requests]
-    left = case.token_budget - sum((-(-case.requests[i].fill_len // ps) - held[i]) * ps for i in want.admitted)
+    on_device = [i for i in want.admitted if not case.to_host(i)]
+    reserve = PreallocPass(case, "cpu").reserved_tokens  # the budget keeps back the admitted requests' headroom too
+    left = case.token_budget - sum((-(-case.requests[i].fill_len // ps) - held[i]) * ps for i in on_device)
+    left -= reserve(len(on_device)) - reserve(0)
     raw, pages = r.fill_len + case.reserved_decode_tokens, -(-r.fill_len // ps) * ps + case.reserved_decode_tokens
     return bool(raw <= left < pages)
 

@@ -244,16 +244,16 @@ def test_t11_is_a_pass_without_the_lora_gate() -> None:
     assert t11.explanation("Q5")({"case": rows}, "radix locks held by none, expected #3")
     assert not t11.explanation("Q5")({"case": rows}, "radix locks held by #3, expected none")
     # both defects of 0.5.18 and 0.5.19 in one pass: no LoRA gate, and fill lengths of one token charged for pages of
-    # two (T3) - four admissions where the gate allows two and whole pages three
+    # two (T3) - four admissions where the gate allows two and whole pages three (each takes 2 + 6 of the budget)
     one = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
     both = DecodeQueueCase(page_size=2, requests=(one, replace(one, lora="a"), one, replace(one, lora="a")),
-                           free_pages=tuple(range(1, 25)), metadata_buffers=4, request_rows=4, token_budget=13,
+                           free_pages=tuple(range(1, 25)), metadata_buffers=4, request_rows=4, token_budget=31,
                            reserved_decode_tokens=6, max_loras=1)  # fmt: skip
     assert t11.explanation("Q3")({"case": both}, "queue after the pass none, expected #1, #3")
     assert t11.explanation("Q2")({"case": both}, "admitted #0, #1, #2, #3, expected #0, #2 (buffers 4, rows 4, budget")
     assert t11.explanation("Q3")({"case": both}, "queue after the pass #3, expected #1, #3"), "the gate alone"
     assert not t11.explanation("Q3")({"case": both}, "queue after the pass #2, expected #1, #3")
-    tighter = {"case": replace(both, token_budget=12)}
+    tighter = {"case": replace(both, token_budget=30)}
     assert not t11.explanation("Q3")(tighter, "queue after the pass none, expected #1, #3")
 
 

@@ -25,6 +25,9 @@ from pdverify.validation import require_int, require_page_size
 
 CLIP_MAX_NEW_TOKENS = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``'s default: admission counts at most this many new tokens."""
+RUNNING_MAX_NEW_TOKENS = 8
+"""``max_new_tokens`` of each request in the running batch (``DecodeQueueCase.running``): with the retractable tokens
+it sets the largest running request's need (``need_space_for_single_req``) the budget keeps beside the headroom."""
 
 PRIORITY_ORDERS = ("low_first", "high_first")
 """Priority scheduling: lower priority values first (``schedule_low_priority_values_first``) or higher first."""
@@ -106,7 +109,10 @@ class DecodeQueueCase:
     """Free request-to-token rows (``req_to_token_pool``): one per admitted request."""
     token_budget: int
     """Tokens admission may commit in this pass (what ``_allocatable_token_budgets`` reports before it);
-    at most the free pages' tokens."""
+    at most the free pages' tokens. The release re-reads it after each admission: the free pool less the decode
+    headroom of every active request - the running ones and those this pass admitted to the device - or, when that
+    is larger, the largest running request's need; so each device admission takes its fresh pages' tokens and
+    whatever its headroom adds to that reserve."""
     reserved_decode_tokens: int = 0
     """``num_reserved_decode_tokens``: headroom each admitted request must leave for decoding."""
     running: tuple[tuple[int, str | None], ...] = ()

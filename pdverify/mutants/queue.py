@@ -366,3 +366,13 @@ class _SwaHeadroomFree(PreallocPass):
 @mutant("XQ31", "decode_queue", "wrong count", "an admission charges the SWA budget its tail's pages but no headroom")
 def swa_headroom_free(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _SwaHeadroomFree(case, device).run()
+
+
+class _HeadroomNotReserved(PreallocPass):
+    def budget(self) -> int:
+        return self.case.token_budget - self.allocated_tokens  # re-read without extra_reserved_reqs
+
+
+@mutant("XQ32", "decode_queue", "missing term", "the budget re-read keeps back no headroom for the requests admitted")
+def headroom_not_reserved(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _HeadroomNotReserved(case, device).run()

@@ -8,8 +8,10 @@ adapter would not fit beside the loaded ones is passed over (it waits, the next 
 the first request that finds no free metadata buffer, no free request row, or a token budget short of its need:
 ``max(its fresh KV pages' tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens,
 clip) - retractable tokens)``. A request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix
-is held already; a rebootstrapped request matches none, and holds and receives its outputs too). Each admission
-takes its fresh pages' tokens from the budget. With the device pool's usage at or past the host-receive threshold
+is held already; a rebootstrapped request matches none, and holds and receives its outputs too). Each device
+admission takes its fresh pages' tokens from the budget, and the reserve grows by its headroom: the budget keeps
+back ``max(headroom x (running + admitted), the largest running request's min(max_new_tokens, clip) + its tokens -
+retractable tokens)``. With the device pool's usage at or past the host-receive threshold
 (below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
 budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass
 stops otherwise; it takes host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, DecodeQueueCase
+from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, RUNNING_MAX_NEW_TOKENS, DecodeQueueCase
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,13 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
     for tokens, _ in case.running:
         retractable += tokens
     buffers, rows, budget = case.metadata_buffers, case.request_rows, case.token_budget
+    single = 0  # the largest running request's need with every other one retracted
+    for tokens, _ in case.running:
+        single = max(single, min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) + tokens - retractable)
+
+    def reserve(device_admitted: int) -> int:
+        return max(case.reserved_decode_tokens * (len(case.running) + device_admitted), single)
+
     host_free = len(case.host_free_pages) * ps
     swa_free = len(case.swa_free_pages or ())
     swa_budget = case.swa_token_budget
@@ -66,6 +75,7 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
     for tokens, _ in case.running:
         swa_retractable += span(tokens)
     admitted: list[int] = []
+    on_host = 0
     for i in looked_at:
         r = reqs[i]
         if r.aborted or not r.bootstrapped:
@@ -79,6 +89,7 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
             if host_free < tokens + case.host_reserved_tokens:
                 break
             admitted.append(i)
+            on_host += 1
             buffers, host_free = buffers - 1, host_free - tokens
             loaded.add(r.lora)
             continue
@@ -106,8 +117,10 @@ def expected_pass(case: DecodeQueueCase) -> ExpectedPass:
             swa_free -= swa_pages
             if swa_budget is not None:
                 swa_budget -= swa_required
+        on_device = len(admitted) - on_host
         admitted.append(i)
-        buffers, rows, budget = buffers - 1, rows - 1, budget - tokens
+        buffers, rows = buffers - 1, rows - 1
+        budget -= tokens + reserve(on_device + 1) - reserve(on_device)
         loaded.add(r.lora)
     gone = set(admitted) | set(failed)
     locked = [i for i in admitted if case.radix and reqs[i].prefix_pages and not reqs[i].rebootstrap]

@@ -9,7 +9,8 @@ matches its device prefix and locks it; turned away there, it releases the lock.
 row (its prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a
 metadata buffer, and its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A
 rebootstrapped request matches nothing and holds and receives its outputs too. The budget after each admission
-is the case's budget less the tokens allocated so far (the stand-in for ``_allocatable_token_budgets``). With a
+is ``_allocatable_token_budgets(extra_reserved_reqs=<device admissions>)`` shifted to start at the case's budget:
+less the tokens allocated so far and what the admitted requests' headroom adds to the reserve. With a
 hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each admission charges its tail's
 page-aligned tokens and headroom, and then find SWA pages for its tail (it fails otherwise).
 
@@ -22,7 +23,15 @@ import numpy as np
 import torch
 
 from pdverify.model.layout import token_locations
-from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueuedRequest, QueueTrace, queue_trace
+from pdverify.model.queue import (
+    CLIP_MAX_NEW_TOKENS,
+    RUNNING_MAX_NEW_TOKENS,
+    Admission,
+    DecodeQueueCase,
+    QueuedRequest,
+    QueueTrace,
+    queue_trace,
+)
 from pdverify.production.page_index import kv_to_page_indices
 
 
@@ -41,6 +50,7 @@ class PreallocPass:
         width = max((r.fill_len for r in case.requests), default=0) + case.page_size
         self.req_to_token = torch.zeros((case.request_rows + 1, width), dtype=torch.int32, device=device)
         self.allocated_tokens = 0
+        self.device_admitted = 0
         self.swa_committed = 0
         self.loaded = {lora for _, lora in case.running}
         self.removed: set[int] = set()
@@ -75,8 +85,20 @@ class PreallocPass:
         max_loras = self.case.max_loras
         return max_loras is None or req.lora in self.loaded or len(self.loaded | {req.lora}) <= max_loras
 
+    def reserved_tokens(self, extra_reserved_reqs: int) -> int:
+        """What the budget keeps back: the decode headroom of the active requests (``_active_reserved_tokens``) or
+        the largest running request's need with the others retracted (``_need_space_for_single_req``)."""
+        running = self.case.running
+        retractable = self.case.retractable_tokens
+        single = max(
+            (min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) + tokens - retractable for tokens, _ in running),
+            default=0,
+        )
+        return max(self.case.reserved_decode_tokens * (len(running) + extra_reserved_reqs), single)
+
     def budget(self) -> int:
-        return self.case.token_budget - self.allocated_tokens
+        grown = self.reserved_tokens(self.device_admitted) - self.reserved_tokens(0)
+        return self.case.token_budget - self.allocated_tokens - grown
 
     def prefix(self, i: int) -> int:
         """The device prefix request ``i`` matches (0: the radix cache is off, or the request rebootstraps)."""
@@ -110,6 +132,7 @@ class PreallocPass:
         count = -(-req.fill_len // ps) - prefix // ps
         pages, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self.allocated_tokens += count * ps
+        self.device_admitted += 1
         locations = token_locations(pages, req.fill_len - prefix, ps)
         if locations:
             self.req_to_token[row, prefix : req.fill_len] = torch.tensor(

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
-from pdverify.model.queue import Admission, DecodeQueueCase, QueueTrace, queue_trace
+from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
@@ -199,6 +199,13 @@ def _queue_base() -> Any:
             return int(self._allocatable_token_budgets(*args, **kw))
 
     return Queue
+
+
+def _release_budget(cls: Any, queue: Any, *args: Any, **kw: Any) -> int:
+    """The release's own full-side admission budget on ``queue``: ``_allocatable_token_budgets`` (0.5.12 on), else
+    ``_allocatable_tokens`` (to 0.5.11)."""
+    own = getattr(cls, "_allocatable_token_budgets", None) or cls._allocatable_tokens
+    return int(own(queue, *args, **kw))
 
 
 def _scheduler(running: list[Any], **settings: Any) -> Any:
@@ -568,11 +575,12 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     ``DecodeReqToTokenPool`` with ``request_rows`` free rows, ``ReqToMetadataIdxAllocator`` with
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
     the LoRA manager's own ``validate_lora_batch`` and the staging handler's ``register_decode_req``
-    (``_staging``). Stand-ins: the budget (``_allocatable_token_budgets``:
-    the case's budget less what this pass allocated; ``_swa_tail_allocatable_token_budget``: the case's SWA budget
-    less the SWA pages and headroom this pass committed), the radix match (``_match_prefix_and_lock``: the request's
-    prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the KV
-    receivers (they record),
+    (``_staging``), and the full-side budget (``_allocatable_token_budgets``, ``_allocatable_tokens`` to 0.5.11:
+    the release's own, over the real allocator and the running batch, shifted by a constant to start at the case's
+    budget - ``_release_budget``). Stand-ins: the SWA budget (``_swa_tail_allocatable_token_budget``: the case's SWA
+    budget less the SWA pages and headroom this pass committed), the radix match (``_match_prefix_and_lock``: the
+    request's prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the
+    KV receivers (they record),
     and ``Scheduler.can_schedule_lora_req`` with 0.5.23's rule (an adapter already loaded is admitted, else the
     LoRA manager validates the batch with it; the scheduler module needs server packages the conformance
     environment does not install).
@@ -586,11 +594,11 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     kvcache: Any = SimpleNamespace(page_size=ps)
     if case.swa_free_pages is None:
         allocator = _allocator(case.free_pages, ps, kvcache)
-        full_available = swa_available = allocator.available_size
+        swa_available = allocator.available_size
     else:
         kvcache, allocator = _hybrid_swa_pool(case.free_pages, case.swa_free_pages, ps)
-        full_available, swa_available = allocator.full_available_size, allocator.swa_available_size
-    start, swa_start = full_available(), swa_available()
+        swa_available = allocator.swa_available_size
+    swa_start = swa_available()
     swa_headroom = case.reserved_decode_tokens if case.radix else 0  # none with disable_radix_cache
     width = max(r.fill_len for r in case.requests) + ps
     req_pool = decode.DecodeReqToTokenPool(case.request_rows, width, "cpu", False, 0)
@@ -668,18 +676,26 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         evict = evict_for_alloc  # 0.5.18's name
 
-        def evictable_size(self) -> int:  # read by 0.5.18's log line when eviction falls short
+        def evictable_size(self) -> int:  # the budget counts it (0.5.18's log line reads it too): nothing here
             return 0
+
+        full_evictable_size = full_protected_size = evictable_size  # a hybrid SWA tree's full side (0.5.22 on)
 
         def protected_size(self) -> int:
             return 0
 
-    class Queue(_queue_base()):  # type: ignore[misc]
-        def _allocatable_token_budgets(self, **kw: Any) -> int:
-            return int(case.token_budget - (start - full_available()))
+    shift: list[int] = []
 
-        def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
-            return self._allocatable_token_budgets(), self._swa_tail_allocatable_token_budget()
+    class Queue(_queue_base()):  # type: ignore[misc]
+        def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
+            """The release's own full-side budget (``_allocatable_token_budgets``, ``_allocatable_tokens`` to
+            0.5.11) - the free pool less the decode headroom of the active requests and of those this pass admitted
+            (``extra_reserved_reqs``), or the largest running request's need - shifted by a constant so that its
+            first read is the case's budget (the shift stands for what else the server holds back)."""
+            real = _release_budget(decode.DecodePreallocQueue, self, *args, **kw)
+            if not shift:
+                shift.append(real - case.token_budget)
+            return int(real - shift[0])
 
         def _swa_tail_allocatable_token_budget(self, *, extra_reserved_reqs: int = 0, **kw: Any) -> int:
             """The case's SWA budget less what this pass allocated and the headroom of each request it admitted
@@ -710,7 +726,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def stream_output(reqs: Any, logprob: Any) -> None:
         streamed.extend(r.rid for r in reqs)
 
-    running = [_request(f"run{k}", tokens, 0, lora=lora) for k, (tokens, lora) in enumerate(case.running)]
+    running = [
+        _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS)
+        for k, (tokens, lora) in enumerate(case.running)
+    ]
     q: Any = Queue()
     q.tree_cache = Tree()
     q.tree_cache.disable, q.tree_cache.sidecar_pool_specs = False, []
