@@ -171,10 +171,17 @@ def _t3_shows(kwargs: Mapping[str, Any]) -> bool:
 
 
 def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
-    """Q4's budget clause, overshot by less than a page: admission re-reads the budget after each request, so only
-    the last admitted request's rounding up to whole pages can take the pass past it."""
+    """Q4's budget clause, overshot by what the pass with raw fill lengths allocates: from 0.5.11 admission re-reads
+    the budget after each request, so only the last admitted request's rounding up to whole pages can take the pass
+    past it (by less than a page); to 0.5.10.post1 the budget is read once and every admission's rounding adds up."""
     q4 = re.match(r"(\d+) tokens allocated, the budget was (\d+)$", message.splitlines()[0] if message else "")
-    return q4 is not None and 0 < int(q4.group(1)) - int(q4.group(2)) < kwargs["case"].page_size
+    if q4 is None:
+        return False
+    got, budget, ps = int(q4.group(1)), int(q4.group(2)), int(kwargs["case"].page_size)
+    if not _budget_read_once():
+        return 0 < got - budget < ps
+    once = _defective_queue_pass(kwargs["case"], raw_fill=True, read_once=True)
+    return got > budget and once is not None and sum(len({loc // ps for loc in t}) * ps for t in once.allocated) == got
 
 
 def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -185,6 +192,11 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     from pdverify.oracle.decode_queue import expected_pass
 
     case = kwargs["case"]
+    if _budget_read_once():  # to 0.5.10.post1: what the pass with raw fill lengths and the budget read once did
+        shown, expected = _pass_message(message), _expected_of(message)
+        if shown is None or not expected[0] or not _pass_shows(expected_pass(case, budget_reread=False), *expected):
+            return False
+        return _pass_shows(_defective_queue_pass(case, raw_fill=True, read_once=True), *shown)
     want = expected_pass(case)
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
@@ -449,6 +461,23 @@ def _pass_message(message: str) -> tuple[str, list[int]] | None:
     return _T11_FIELDS[m.group(1)], [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
 
 
+def _budget_read_once() -> bool:
+    """Whether the release under check reads the queue's budget once per pass (to 0.5.10.post1, before #19746): the
+    form its queue findings' explanations replay. A check without a release is of the current form."""
+    from pdverify.properties.releases import DOMAIN, FROM_BUDGET_REREAD
+
+    return DOMAIN.release is not None and FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is not None
+
+
+def _expected_of(message: str) -> tuple[str, list[int]]:
+    """A pass-level queue message's field and the requests the oracle expected there (``_pass_message``'s other
+    side); ``("", [])`` for any other message."""
+    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
+    if m is None or m.group(1) not in _T11_FIELDS:
+        return "", []
+    return _T11_FIELDS[m.group(1)], [] if m.group(3) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(3))]
+
+
 def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) when what the pass did is exactly what it does
     without the LoRA gate: every request the limit should have passed over was taken as if its adapter fit."""
@@ -461,8 +490,12 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return False
     case = kwargs["case"]
     field, got = shown
-    # the releases with T11 (0.5.17-0.5.19) have T3 too: a pass can show both
-    passes = (expected_pass(replace(case, max_loras=None)), _defective_queue_pass(case, lora_gate=False, raw_fill=True))
+    # every release with T11 has T3 too: a pass can show both; to 0.5.10.post1 the budget is read once
+    once = _budget_read_once()
+    passes = (
+        expected_pass(replace(case, max_loras=None), budget_reread=not once),
+        _defective_queue_pass(case, lora_gate=False, raw_fill=True, read_once=once),
+    )
     return any(_pass_shows(p, field, got) for p in passes)
 
 
@@ -478,15 +511,30 @@ class _SwaPagesShort(Exception):
     """The pass allocates an SWA tail the SWA pool has no pages for (``_pre_alloc``'s 'KV cache is full')."""
 
 
-def _defective_queue_pass(case: Any, *, lora_gate: bool = True, raw_fill: bool = False, raw_swa: bool = False) -> Any:
+def _defective_queue_pass(
+    case: Any, *, lora_gate: bool = True, raw_fill: bool = False, raw_swa: bool = False, read_once: bool = False
+) -> Any:
     """The pass as a release with some of the queue's defects makes it, None where it crashes: without the LoRA gate
     (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3),
     and a request's SWA tail charged its raw length against the SWA budget where the allocator takes whole pages,
-    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14)."""
+    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14). ``read_once``: the
+    budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom taken from it)."""
     from pdverify.model.queue import CLIP_MAX_NEW_TOKENS
     from pdverify.production.decode_queue import PreallocPass
 
     class Defective(PreallocPass):
+        charged = 0
+
+        def budget(self) -> int:
+            return self.case.token_budget - self.charged if read_once else super().budget()
+
+        def allocate(self, i: int) -> tuple[int, list[int]]:
+            req, ps = self.case.requests[i], self.case.page_size
+            raw = raw_fill and not (self.case.radix and not req.rebootstrap)
+            tokens = req.fill_len if raw else -(-req.fill_len // ps) * ps - self.prefix(i)
+            self.charged += tokens + self.case.reserved_decode_tokens
+            return super().allocate(i)
+
         def lora_fits(self, req: Any) -> bool:
             return lora_gate is False or super().lora_fits(req)
 
@@ -615,11 +663,12 @@ def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     if shown is None:
         return False
     arrival = replace(kwargs["case"], priority_order=None)
+    once = _budget_read_once()
     passes = (
-        expected_pass(arrival),
-        _defective_queue_pass(arrival, raw_fill=True),
-        _defective_queue_pass(arrival, lora_gate=False),
-        _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
+        expected_pass(arrival, budget_reread=not once),
+        _defective_queue_pass(arrival, raw_fill=True, read_once=once),
+        _defective_queue_pass(arrival, lora_gate=False, read_once=once),
+        _defective_queue_pass(arrival, lora_gate=False, raw_fill=True, read_once=once),
     )
     return any(_pass_shows(p, *shown) for p in passes)
 
@@ -684,6 +733,16 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
 
+QUEUE_READ_ONCE = ("0.4.7.post1", "0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3",
+                   "0.4.9.post4", "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.1",
+                   "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2", "0.5.3", "0.5.3.post1", "0.5.3.post2",
+                   "0.5.3.post3", "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1",
+                   "0.5.5.post2", "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8",
+                   "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1")  # fmt: skip
+"""The releases the queue driver reaches before 0.5.11 (from 0.4.7.post1), whose pass reads its budget once (no decode
+prefix): T3, T11 and T16 were already present there, T17 from 0.5.3 (priority scheduling), T15 from 0.5.10 (the
+staging buffer)."""
+
 QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16")  # fmt: skip
 """The releases the queue driver reaches before 0.5.17 (from 0.5.11, the first with a decode prefix): where T3 and T11
@@ -730,7 +789,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
@@ -744,7 +803,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T11",
             "Q2",
             "sglang",
-            (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19"),
+            (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19"),
             "decode's pre-allocation admits requests whatever their LoRA adapters: a batch can need more adapters "
             "than --max-loras-per-batch, and the forward's fetch_new_loras asserts (fixed in 0.5.20, upstream "
             "#39332)",
@@ -772,19 +831,20 @@ KNOWN: dict[str, KnownDefect] = {
             "T17",
             "Q2",
             "sglang",
-            ("0.5.11",),
+            (*QUEUE_READ_ONCE[QUEUE_READ_ONCE.index("0.5.3") :], "0.5.11"),  # priority scheduling (#8746)
             "with --enable-priority-scheduling, decode's pre-allocation ignores the requests' priorities: it fails, "
             "admits and keeps them in arrival order, so a high-priority request waits behind lower ones for decode "
             "memory (fixed in 0.5.12, upstream #25062)",
             _t17_shows,
             _t17_explains,
             also=("Q1", "Q3", "Q5"),
+            narrower=(("Q5", ("0.5.11",)),),  # Q5 is about radix locks: no decode radix cache before 0.5.11
         ),
         KnownDefect(
             "T16",
             "Q1",
             "sglang",
-            QUEUE_EARLY[: QUEUE_EARLY.index("0.5.14")],
+            (*QUEUE_READ_ONCE, *QUEUE_EARLY[: QUEUE_EARLY.index("0.5.14")]),
             "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
             "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
             "0.5.14, upstream #28022)",
@@ -795,7 +855,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T15",
             "Q6",
             "sglang",
-            QUEUE_EARLY,
+            ("0.5.10", "0.5.10.post1", *QUEUE_EARLY),  # the staging buffer came in 0.5.10 (#19890)
             "with the staging buffer on, decode registers a request's staging room after sending its metadata: "
             "prefill's STAGING_REQ prefetch, which the metadata triggers, is dropped for a room not yet registered, "
             "and the chunk's transfer waits for a staging slot that never comes (fixed in 0.5.17, upstream #31217)",

@@ -75,9 +75,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     """``decode_queues``' example, drawn from ``c``."""
     ps = pick_page_size(c, page_size_list(max_page_size))
     k = c.integer(1, max_requests, lean=3)
+    # priority scheduling came in 0.5.3 (#8746): drawn, then dropped before it (the draws after it stay in place)
     order = c.pick(PRIORITY_ORDERS) if c.boolean(lean=True) else None
+    order = order if DOMAIN.has("priority_scheduling") else None
     max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
-    restrict = c.boolean()
+    restrict = c.boolean() and DOMAIN.has("rids_to_check")  # the decode PP loop's rids_to_check (#14945, 0.5.7)
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
@@ -137,7 +139,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         max_loras=max_loras,
         restrict=restrict,
         radix=radix,
-        staging=not complete and c.boolean(lean=True),
+        staging=not complete and c.boolean(lean=True) and DOMAIN.has("staging_buffer"),  # #19890, 0.5.10
         allocation_policy=policy,
         # host receive came in 0.5.21 (#40238): a release before it never draws it
         **({} if complete or not DOMAIN.has("host_receive") else _host_receive(c, requests, ps, radix)),

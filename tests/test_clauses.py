@@ -181,3 +181,38 @@ def test_past_a_known_defect_in_one_clause_the_others_are_still_checked(declared
         assert statuses == {"early": "known defect", "late": "not applicable"}
     finally:
         del findings.KNOWN["TZ"]
+
+
+def test_the_queue_budget_clauses_split_at_the_re_read() -> None:
+    """Q2's and Q3's budget clauses: read once to 0.5.10.post1, re-read from 0.5.11 (#19746); a target without a
+    release is held to the current one only. The two rules differ where the running batch's single-request need
+    outweighs the headroom: the read-once pass charges every admission its headroom on top, the re-read keeps back
+    the larger of the two."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+    from pdverify.oracle.decode_queue import expected_pass
+    from pdverify.properties.releases import BUDGET_READ_ONCE, FROM_BUDGET_REREAD
+
+    q2 = load_properties()["Q2"]
+    assert {c.name: c.contract for c in q2.clauses} == {
+        "budget_reread": FROM_BUDGET_REREAD,
+        "budget_read_once": BUDGET_READ_ONCE,
+    }
+    for release, checked in (
+        ("0.5.10.post1", "budget_read_once"),
+        ("0.5.11", "budget_reread"),
+        (None, "budget_reread"),
+    ):
+        applying = [c.name for c in q2.clauses if c.contract.not_applicable(release) is None]
+        assert applying == [checked], (release, applying)
+    assert "Q4" in load_properties() and any(c.name == "padding_row" for c in load_properties()["Q4"].clauses)
+    # one running request (8 new tokens, 10 retractable): its need, 8, outweighs the headroom 2 x (1 + k) until k = 4
+    one = QueuedRequest(length=4, output_len=0, max_new_tokens=1)
+    case = DecodeQueueCase(page_size=4, requests=(one,) * 4, free_pages=tuple(range(1, 20)), metadata_buffers=4,
+                           request_rows=4, token_budget=20, reserved_decode_tokens=2,
+                           running=((10, None),))  # fmt: skip
+    # each needs 4 + 2 = 6. Re-read: the reserve stays 8, each admission takes its page: 20, 16, 12, 8 - all four
+    assert expected_pass(case).admitted == [0, 1, 2, 3]
+    # read once: each admission takes 4 + 2: 20, 14, 8, 2 - the fourth does not fit
+    assert expected_pass(case, budget_reread=False).admitted == [0, 1, 2]
+    assert expected_pass(replace(case, token_budget=17)).admitted == [0, 1, 2]  # 17, 13, 9, 5
+    assert expected_pass(replace(case, token_budget=17), budget_reread=False).admitted == [0, 1]  # 17, 11, 5

@@ -8,9 +8,10 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pdverify.cli import exitcodes
-from pdverify.findings import KNOWN, QUEUE_EARLY
+from pdverify.findings import KNOWN, QUEUE_EARLY, QUEUE_READ_ONCE
 from pdverify.model.exchange import PrefillCase
 from pdverify.runner import load_properties
 from tests.test_cli import check
@@ -174,7 +175,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
     assert t9.releases_for("P11") == ("0.4.5.post2",)
-    assert t3.releases_for("Q2") == (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
+    assert t3.releases_for("Q2") == (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -344,7 +345,7 @@ def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
     assert not t15.explains({"case": case}, f"handshake {lost}, expected {want}"), "a registration lost is new"
     assert not t15.explains({"case": case}, f"handshake {want}, expected {want}")
     assert not t15.explains({"case": case}, "#0 registered pages [1, 2] (int32), holds [1]")
-    assert t15.releases[0] == "0.5.11" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
+    assert t15.releases[0] == "0.5.10" and t15.releases[-1] == "0.5.16" and not t15.recorded_for(_release("0.5.17"))
 
 
 def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
@@ -364,7 +365,7 @@ def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
     assert not t16.explains({"case": case}, "failed none, expected #0")
     swa = "receivers released for #2, expected #0, #2"  # a request failed for its SWA tail keeps its clear
     assert t16.explains({"case": case}, swa)
-    assert t16.releases == ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
+    assert t16.releases == (*QUEUE_READ_ONCE, "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
 
 
 def _release(version: str) -> object:
@@ -394,4 +395,38 @@ def test_t17_is_a_pass_in_arrival_order() -> None:
     assert t17.explanation("Q3")(one, "queue after the pass #1, #2, expected #0, #2")
     assert not t17.explanation("Q3")(one, "queue after the pass #2, #1, expected #0, #2"), "another order"
     assert not q2({"case": case}, "2 tokens allocated, the budget was 1"), "not a pass-level message"
-    assert t17.properties() == ("Q2", "Q1", "Q3", "Q5") and t17.releases == ("0.5.11",)
+    assert t17.properties() == ("Q2", "Q1", "Q3", "Q5") and t17.releases[0] == "0.5.3" and t17.releases[-1] == "0.5.11"
+    assert t17.releases_for("Q5") == ("0.5.11",), "Q5 is about radix locks: no decode radix cache before 0.5.11"
+
+
+def test_t3_where_the_budget_is_read_once() -> None:
+    """To 0.5.10.post1 the pass reads its budget once and takes each admission's raw prompt length and headroom from
+    it: T3's overshoot adds up over the admissions, and Q2 sees every admission the whole pages would have refused."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+    from pdverify.properties.releases import bind_release
+
+    t3 = KNOWN["T3"]
+    assert {"0.4.7.post1", "0.5.10.post1", "0.5.11"} <= set(t3.releases_for("Q4"))
+    one = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
+    case = DecodeQueueCase(page_size=4, requests=(one, one, one), free_pages=tuple(range(1, 9)), metadata_buffers=3,
+                           request_rows=3, token_budget=3)  # fmt: skip
+    args = {"case": case}
+    assert t3.shows(args)
+    assert not t3.explanation("Q4")(args, "8 tokens allocated, the budget was 3"), "0.5.11 on: less than a page over"
+    bind_release("0.5.10.post1")  # the explanations replay the form of the release under check
+    try:
+        _read_once_explanations(t3, args)
+    finally:
+        bind_release(None)
+
+
+def _read_once_explanations(t3: Any, args: dict[str, Any]) -> None:
+    # each needs max(1 raw token, 1 + 1 new token) = 2 and is charged its 1 raw token: 3, 2, 1 - two admitted, whose
+    # pages take 4 each: 8 allocated (the re-read form stops after the first, 4)
+    assert t3.explanation("Q4")(args, "8 tokens allocated, the budget was 3")
+    assert not t3.explanation("Q4")(args, "12 tokens allocated, the budget was 3"), "neither form allocates 12"
+    # the contract admits none (4 > 3, in both forms); the read-once pass with raw lengths the first two
+    assert t3.explanation("Q2")(args, "admitted #0, #1, expected none (buffers 3, rows 3, budget 3 tokens)")
+    assert t3.explanation("Q3")(args, "queue after the pass #2, expected #0, #1, #2")
+    assert not t3.explanation("Q2")(args, "admitted #0, #1, expected #0 (buffers 3, rows 3, budget 3 tokens)")
+    assert not t3.explanation("Q3")(args, "queue after the pass #1, #2, #0, expected #0, #1, #2")

@@ -235,7 +235,7 @@ class DecodeQueueCase:
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
         decode-side prefixes (the radix cache), host receive, a hybrid SWA pool (its tail pre-allocated), with the radix
-        cache."""
+        cache; a pass given ``rids_to_check``; priority scheduling; the staging buffer."""
         used = ["decode_prefixes"] if self.radix else []
         if self.host_threshold < 1:
             used.append("host_receive")
@@ -243,6 +243,12 @@ class DecodeQueueCase:
             used.append("swa_tail_prealloc")
         if self.radix and self.swa_free_pages is not None:
             used.append("swa_decode_prefix")
+        if self.restrict:
+            used.append("rids_to_check")
+        if self.priority_order is not None:
+            used.append("priority_scheduling")
+        if self.staging:
+            used.append("staging_buffer")
         return tuple(used)
 
     def to_host(self, index: int) -> bool:

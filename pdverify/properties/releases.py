@@ -34,13 +34,15 @@ class Contract:
         return self.label
 
     def not_applicable(self, release: str | None) -> str | None:
-        """Why this contract does not apply to ``release`` (None: it applies)."""
+        """Why this contract does not apply to ``release`` (None: it applies). A target without a release (or a
+        development build) is held to the current contracts: every one but those that ended (``until``)."""
+        past = None if self.until is None else f"not applicable (a past contract, {self.label}: the current applies)"
         if release is None:
-            return None
+            return past
         try:
             version = Version(release)
         except InvalidVersion:
-            return None  # a development build: check it against the current contract
+            return past  # a development build: check it against the current contract
         if self.since is not None and version < Version(self.since):
             return f"not applicable (contract before {self.label}: sglang {release} < {self.since})"
         if self.until is not None and version >= Version(self.until):
@@ -190,6 +192,34 @@ FROM_DCP_PREFILL = Contract(
     "dcp_size-page unit, #32837), first in sglang 0.5.17",
     "0.5.17",
 )
+FROM_RIDS_TO_CHECK = Contract(
+    "decode's pre-allocation pass given rids_to_check (the decode PP event loop, #14945), first in sglang 0.5.7",
+    "0.5.7",
+)
+FROM_PRIORITY_SCHEDULING = Contract(
+    "priority scheduling (--enable-priority-scheduling, #8746), first in sglang 0.5.3", "0.5.3"
+)
+FROM_STAGING_BUFFER = Contract(
+    "decode's GPU staging buffer for heterogeneous-TP transfers (SGLANG_DISAGG_STAGING_BUFFER, #19890), first in "
+    "sglang 0.5.10",
+    "0.5.10",
+)
+
+# When decode's pre-allocation queue gained each rule it now has:
+FROM_REQ_ROW_PADDING = Contract(
+    "request row 0 reserved as padding in every request pool (#24243), first in sglang 0.5.11", "0.5.11"
+)
+FROM_BUDGET_REREAD = Contract(
+    "admission re-reads its budget from the pool after each admission (#19746, the decode radix cache), first in "
+    "sglang 0.5.11",
+    "0.5.11",
+)
+BUDGET_READ_ONCE = Contract(
+    "admission charges each request against a budget read once per pass (before #19746)", until="0.5.11"
+)
+"""The earlier form of ``FROM_BUDGET_REREAD``'s rule, to 0.5.10.post1: each admission takes its pages' tokens and its
+decode headroom from a budget read at the start of the pass."""
+
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -218,6 +248,9 @@ FEATURES: dict[str, Contract] = {
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
     "swa_tail_prealloc": FROM_SWA_TAIL_PREALLOC,
     "dcp_prefill": FROM_DCP_PREFILL,
+    "rids_to_check": FROM_RIDS_TO_CHECK,
+    "priority_scheduling": FROM_PRIORITY_SCHEDULING,
+    "staging_buffer": FROM_STAGING_BUFFER,
 }
 """Input feature -> the first release that has it."""
 

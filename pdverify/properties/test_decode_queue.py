@@ -15,9 +15,14 @@ from __future__ import annotations
 from hypothesis import example
 
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest, QueueTrace
-from pdverify.oracle.decode_queue import expected_pass
-from pdverify.properties.registry import examples, note_event, prop, within_domain, within_release
-from pdverify.properties.releases import DOMAIN
+from pdverify.oracle.decode_queue import ExpectedPass, expected_pass
+from pdverify.properties.registry import Clause, applies, examples, note_event, prop, within_domain, within_release
+from pdverify.properties.releases import (
+    BUDGET_READ_ONCE,
+    DOMAIN,
+    FROM_BUDGET_REREAD,
+    FROM_REQ_ROW_PADDING,
+)
 from pdverify.strategies.queue import decode_queues
 from pdverify.targets import Target
 
@@ -125,6 +130,18 @@ def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
     return ", ".join(f"#{i}" for i in indices) or "none"
 
 
+def _want(case: DecodeQueueCase) -> ExpectedPass:
+    """The oracle's pass under the release's budget rule: re-read after each admission from 0.5.11 (#19746), read
+    once before (Q1 and Q5 do not depend on it there: no SWA pool, no radix cache before 0.5.11)."""
+    return expected_pass(case, budget_reread=FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is None)
+
+
+BUDGET_CLAUSES = (
+    Clause("budget_reread", FROM_BUDGET_REREAD, "the budget re-read after each admission"),
+    Clause("budget_read_once", BUDGET_READ_ONCE, "the budget read once, each admission charged its pages and headroom"),
+)
+
+
 def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
     within_release(case)  # an explicit example with a later release's input is outside an earlier one's domain
     within_domain(DOMAIN.rebootstrap or not any(r.rebootstrap for r in case.requests), "a PD rebootstrap")
@@ -148,7 +165,7 @@ def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
 )
 def test_q1_aborted_requests_fail(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
-    want = expected_pass(case)
+    want = _want(case)
     assert list(trace.failed) == want.failed, (
         f"failed {_names(case, trace.failed)}, expected {_names(case, want.failed)}"
     )
@@ -167,31 +184,37 @@ def test_q1_aborted_requests_fail(target: Target, device: str, case: DecodeQueue
     "admission is first come first served in queue (or priority) order: requests still bootstrapping or whose "
     "LoRA adapter does not fit are passed over, the pass stops at the first without a metadata buffer, a request "
     "row or the token budget, and never admits outside rids_to_check",
+    clauses=BUDGET_CLAUSES,
     needs=NEEDS,
     case=decode_queues(),
 )
 def test_q2_admission_order_and_stops(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
-    want = expected_pass(case)
-    assert list(trace.admitted) == want.admitted, (
-        f"admitted {_names(case, trace.admitted)}, expected {_names(case, want.admitted)} "
-        f"(buffers {case.metadata_buffers}, rows {case.request_rows}, budget {case.token_budget} tokens)"
-    )
+    for clause, reread in (("budget_reread", True), ("budget_read_once", False)):
+        if applies(clause):
+            want = expected_pass(case, budget_reread=reread)
+            assert list(trace.admitted) == want.admitted, (
+                f"admitted {_names(case, trace.admitted)}, expected {_names(case, want.admitted)} "
+                f"(buffers {case.metadata_buffers}, rows {case.request_rows}, budget {case.token_budget} tokens)"
+            )
 
 
 @examples("case", EXAMPLES)
 @prop(
     "Q3",
     "the queue after the pass holds every request neither admitted nor failed, in the pass's order",
+    clauses=BUDGET_CLAUSES,
     needs=NEEDS,
     case=decode_queues(),
 )
 def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
-    want = expected_pass(case)
-    assert list(trace.remaining) == want.remaining, (
-        f"queue after the pass {_names(case, trace.remaining)}, expected {_names(case, want.remaining)}"
-    )
+    for clause, reread in (("budget_reread", True), ("budget_read_once", False)):
+        if applies(clause):
+            want = expected_pass(case, budget_reread=reread)
+            assert list(trace.remaining) == want.remaining, (
+                f"queue after the pass {_names(case, trace.remaining)}, expected {_names(case, want.remaining)}"
+            )
 
 
 @examples("case", EXAMPLES)
@@ -201,12 +224,17 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
     "sends past its matched prefix (a rebootstrapped request: its outputs too); its row holds its prefix then those "
     "pages; no fresh page is given twice, none is page 0, a prefix page or outside the free list; buffers and rows "
     "are distinct, one row per device admission and one buffer per admission taken from the free ones, no more; "
-    "the fresh tokens stay within the budget",
+    "the fresh tokens stay within the budget; row 0 is never given (it is padding)",
+    clauses=(
+        Clause("resources", title="destinations, pages, buffers, rows and the budget"),
+        Clause("padding_row", FROM_REQ_ROW_PADDING, "request row 0 is padding, never given"),
+    ),
     needs=NEEDS,
     case=decode_queues(),
 )
 def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
+    applies("resources")
     ps, n = case.page_size, len(trace.admitted)
     per_request = {"pages": trace.pages, "dtypes": trace.dtypes, "aux": trace.aux, "rows": trace.rows,
                    "allocated": trace.allocated, "row prefixes": trace.row_prefix, "host": trace.host}  # fmt: skip
@@ -253,9 +281,10 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
         f"metadata buffers {list(trace.aux)} for {n} requests ({case.metadata_buffers} free)"
     )
     rows = [r for r, on_host in zip(trace.rows, trace.host, strict=True) if not on_host]
-    assert len(set(rows)) == len(rows) and 0 not in rows and -1 not in rows, (
-        f"request rows {rows} (row 0 is padding; a host-received request takes none)"
-    )
+    assert len(set(rows)) == len(rows) and -1 not in rows, f"request rows {rows} (a host-received request takes none)"
+    if applies("padding_row"):
+        assert 0 not in rows, f"request rows {rows} (row 0 is padding)"
+    applies("resources")
     used = len(given) * ps
     assert used <= case.token_budget, f"{used} tokens allocated, the budget was {case.token_budget}"
     assert trace.rows_left is not None and trace.buffers_left is not None, (
@@ -295,7 +324,7 @@ def _check_host(
 )
 def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> None:
     trace = _pass(target, device, case)
-    want = expected_pass(case)
+    want = _want(case)
     if case.radix:
         note_event("radix cache")
     assert sorted(trace.locked) == sorted(want.locked), (

@@ -568,6 +568,13 @@ def _staging(ps: int, events: list[tuple[str, int]]) -> Any:  # pragma: no cover
     return Recorded(None, None, buffers, decode_tp=1, total_kv_heads=1, tp_rank=0, scheduler=None)
 
 
+def _lora_manager() -> Any:  # pragma: no cover - conformance venv
+    """SGLang's ``LoRAManager``, its module imported after the quantization package as the server does: imported first,
+    0.5.5-0.5.6.post2's ``layers.linear`` and ``layers.quantization`` import each other half-initialised."""
+    importlib.import_module("sglang.srt.layers.quantization")
+    return importlib.import_module("sglang.srt.lora.lora_manager").LoRAManager
+
+
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
     """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off or on.
 
@@ -587,9 +594,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     """
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-    from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
+    LoRAManager = _lora_manager()
     ps = case.page_size
     kvcache: Any = SimpleNamespace(page_size=ps)
     if case.swa_free_pages is None:
@@ -615,9 +622,13 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             self.rid = rid
             self.supports_host_destination = case.requests[int(rid[1:])].host_capable
 
-        def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
+        def send_metadata(
+            self, pages: Any, aux: Any, state: Any = None, decode_prefix_len: Any = None, **kw: Any
+        ) -> None:
             sent[self.rid] = (pages, aux)
             events.append(("metadata", int(self.rid[1:])))
+
+        init = send_metadata  # the same hand-over's name to 0.5.9
 
         def clear(self) -> None:
             cleared.append(self.rid)
@@ -747,6 +758,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         enable_decode_hicache=case.radix,
         sliding_window_size=case.window if case.swa_free_pages is not None else None,
         tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
+        # the budget reads it to 0.5.10 (is_hybrid to 0.5.6.post2)
+        model_config=SimpleNamespace(
+            is_hybrid_swa=case.swa_free_pages is not None, is_hybrid=case.swa_free_pages is not None
+        ),
         pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
         metrics_reporter=SimpleNamespace(current_scheduler_metrics_enabled=False),
     )
@@ -758,7 +773,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         kv_args=SimpleNamespace(state_types=[]),
         submit_prefill_recompute=lambda receiver, payload: events.append(("recompute", int(receiver.rid[1:]))),
     )
-    q.transfer_queue = SimpleNamespace(enable_staging=case.staging, queue=[], staging_handler=_staging(ps, events))
+    q.transfer_queue = SimpleNamespace(
+        enable_staging=case.staging, queue=[], staging_handler=_staging(ps, events) if case.staging else None
+    )
     reqs = []
     for i, r in enumerate(case.requests):
         req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
@@ -790,11 +807,20 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     disagg.disaggregation_decode_allocation_policy = case.allocation_policy
     disagg.disaggregation_decode_host_receive_threshold = _host_threshold(case.host_threshold)
     q.scheduler.server_args = disagg  # 0.5.19 and earlier read the flags there
+    queued = [d.req.rid for d in q.queue]
+    # rids_to_check, and the failed requests returned, came with the decode PP loop (#14945, 0.5.7): the strategies
+    # restrict a pass only from there; before, the failed requests are those that left the queue unadmitted
+    restricted = "rids_to_check" in inspect.signature(q.pop_preallocated).parameters
     with (
         _published(decode, disagg),
         _cpu_alloc_extend(),
     ):
-        done, failed = q.pop_preallocated(rids_to_check=checked)
+        popped = q.pop_preallocated(rids_to_check=checked) if restricted else q.pop_preallocated()
+    if isinstance(popped, tuple):
+        done, failed = popped
+    else:
+        left = {d.req.rid for d in q.queue} | {d.req.rid for d in popped}
+        done, failed = popped, [SimpleNamespace(req=SimpleNamespace(rid=rid)) for rid in queued if rid not in left]
 
     def index(rid: str) -> int:
         return int(rid[1:])
