@@ -180,8 +180,10 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     got, budget, ps = int(q4.group(1)), int(q4.group(2)), int(kwargs["case"].page_size)
     if not _budget_read_once():
         return 0 < got - budget < ps
-    once = _defective_queue_pass(kwargs["case"], raw_fill=True, read_once=True)
-    return got > budget and once is not None and sum(len({loc // ps for loc in t}) * ps for t in once.allocated) == got
+    passes = [_defective_queue_pass(kwargs["case"], raw_fill=True, lora_gate=g) for g in (True, False)]  # T11 too
+    return got > budget and any(
+        sum(len({loc // ps for loc in t}) * ps for t in p.allocated) == got for p in passes if p is not None
+    )
 
 
 def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -196,7 +198,8 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
         shown, expected = _pass_message(message), _expected_of(message)
         if shown is None or not expected[0] or not _pass_shows(expected_pass(case, budget_reread=False), *expected):
             return False
-        return _pass_shows(_defective_queue_pass(case, raw_fill=True, read_once=True), *shown)
+        # every such release lacks the LoRA gate too (T11): a pass may show both, T11 alone changing nothing
+        return any(_pass_shows(_defective_queue_pass(case, raw_fill=True, lora_gate=g), *shown) for g in (True, False))
     want = expected_pass(case)
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
@@ -494,7 +497,7 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     once = _budget_read_once()
     passes = (
         expected_pass(replace(case, max_loras=None), budget_reread=not once),
-        _defective_queue_pass(case, lora_gate=False, raw_fill=True, read_once=once),
+        _defective_queue_pass(case, lora_gate=False, raw_fill=True),
     )
     return any(_pass_shows(p, field, got) for p in passes)
 
@@ -511,19 +514,48 @@ class _SwaPagesShort(Exception):
     """The pass allocates an SWA tail the SWA pool has no pages for (``_pre_alloc``'s 'KV cache is full')."""
 
 
+def _release_before(version: str) -> bool:
+    """Whether the release under check is older than ``version`` (a check without a release: no)."""
+    from packaging.version import InvalidVersion, Version
+
+    from pdverify.properties.releases import DOMAIN
+
+    try:
+        return DOMAIN.release is not None and Version(DOMAIN.release) < Version(version)
+    except InvalidVersion:
+        return False
+
+
 def _defective_queue_pass(
-    case: Any, *, lora_gate: bool = True, raw_fill: bool = False, raw_swa: bool = False, read_once: bool = False
+    case: Any,
+    *,
+    lora_gate: bool = True,
+    raw_fill: bool = False,
+    raw_swa: bool = False,
+    read_once: bool | None = None,
+    abort_scan: bool | None = None,
+    retract_check: bool | None = None,
 ) -> Any:
     """The pass as a release with some of the queue's defects makes it, None where it crashes: without the LoRA gate
     (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3),
     and a request's SWA tail charged its raw length against the SWA budget where the allocator takes whole pages,
-    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14). ``read_once``: the
-    budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom taken from it)."""
+    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14); without the abort scan
+    (T18: aborted requests admitted like live ones), without the check that the running requests can still finish
+    (T19). ``read_once``: the budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom
+    taken from it). Unset, ``read_once``, ``abort_scan`` and ``retract_check`` are those of the release under check:
+    the budget read once to 0.5.10.post1, no abort scan to 0.4.6.post4, no retractable-token check to 0.4.7."""
     from pdverify.model.queue import CLIP_MAX_NEW_TOKENS
     from pdverify.production.decode_queue import PreallocPass
 
+    read_once = _budget_read_once() if read_once is None else read_once
+    abort_scan = not _release_before("0.4.6.post5") if abort_scan is None else abort_scan
+    retract_check = not _release_before("0.4.7.post1") if retract_check is None else retract_check
+
     class Defective(PreallocPass):
         charged = 0
+
+        def fail_aborted(self) -> list[int]:
+            return super().fail_aborted() if abort_scan else []
 
         def budget(self) -> int:
             return self.case.token_budget - self.charged if read_once else super().budget()
@@ -539,8 +571,12 @@ def _defective_queue_pass(
             return lora_gate is False or super().lora_fits(req)
 
         def required_tokens(self, i: int) -> int:
-            req = self.case.requests[i]
-            if not raw_fill or (self.case.radix and not req.rebootstrap):
+            req, ps = self.case.requests[i], self.case.page_size
+            raw = raw_fill and not (self.case.radix and not req.rebootstrap)
+            if not retract_check:
+                fresh = req.fill_len if raw else -(-req.fill_len // ps) * ps - self.prefix(i)
+                return fresh + self.case.reserved_decode_tokens
+            if not raw:
                 return super().required_tokens(i)
             room = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens
             return max(req.fill_len + self.case.reserved_decode_tokens, req.prefill_len + room)
@@ -666,9 +702,9 @@ def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     once = _budget_read_once()
     passes = (
         expected_pass(arrival, budget_reread=not once),
-        _defective_queue_pass(arrival, raw_fill=True, read_once=once),
-        _defective_queue_pass(arrival, lora_gate=False, read_once=once),
-        _defective_queue_pass(arrival, lora_gate=False, raw_fill=True, read_once=once),
+        _defective_queue_pass(arrival, raw_fill=True),
+        _defective_queue_pass(arrival, lora_gate=False),
+        _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
     )
     return any(_pass_shows(p, *shown) for p in passes)
 
@@ -701,6 +737,59 @@ def _t15_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         if event[0] != "staging" and len(late) > 1 and late[-2] == ("staging", event[1]):
             late[-2], late[-1] = late[-1], late[-2]
     return bool(got != want and got == late)
+
+
+def _queue_defect_explains(kwargs: Mapping[str, Any], message: str, fixed_by: str) -> bool:
+    """A pass-level queue message (Q1, Q2, Q3) exactly as the release's pass makes it - with every queue defect its
+    form has (raw fill lengths: T3; no LoRA gate: T11; the budget read once; no abort scan to 0.4.6.post4; no
+    retractable-token check to 0.4.7) - and not as the same pass makes it with ``fixed_by`` (``abort_scan``,
+    ``retract_check``) fixed: the failure is that defect's."""
+    from pdverify.oracle.decode_queue import expected_pass
+
+    shown, expected = _pass_message(message), _expected_of(message)
+    case = kwargs["case"]
+    if shown is None or not expected[0]:
+        return False
+    if not _pass_shows(expected_pass(case, budget_reread=not _budget_read_once()), *expected):
+        return False  # not the failure of this pass against the oracle
+    present = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: False})
+    fixed = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: True})
+    return _pass_shows(present, *shown) and not _pass_shows(fixed, *shown)
+
+
+def _t18_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass with an aborted request it looks at."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    looked_at = [r for r in getattr(case, "requests", ()) if r.checked or not getattr(case, "restrict", False)]
+    return isinstance(case, DecodeQueueCase) and any(r.aborted for r in looked_at)
+
+
+def _t18_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The pass without the abort scan: aborted requests are admitted like live ones, none fails or is streamed."""
+    return _queue_defect_explains(kwargs, message, "abort_scan")
+
+
+def _t19_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A queue pass with a request whose room to finish (what prefill sends + its new tokens - the running requests'
+    retractable tokens) needs more than its pages and headroom: only there does the missing check change admission."""
+    from pdverify.model.queue import CLIP_MAX_NEW_TOKENS, DecodeQueueCase
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase):
+        return False
+    ps = case.page_size
+    return any(
+        r.prefill_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) - case.retractable_tokens
+        > -(-r.fill_len // ps) * ps + case.reserved_decode_tokens
+        for r in case.requests
+    )
+
+
+def _t19_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The pass without the check that a request can finish with the running requests retracted."""
+    return _queue_defect_explains(kwargs, message, "retract_check")
 
 
 def _s19_case(kwargs: Mapping[str, Any]) -> Any:
@@ -742,6 +831,15 @@ QUEUE_READ_ONCE = ("0.4.7.post1", "0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1"
 """The releases the queue driver reaches before 0.5.11 (from 0.4.7.post1), whose pass reads its budget once (no decode
 prefix): T3, T11 and T16 were already present there, T17 from 0.5.3 (priority scheduling), T15 from 0.5.10 (the
 staging buffer)."""
+
+QUEUE_NO_RETRACT = ("0.4.4.post2", "0.4.4.post3", "0.4.4.post4", "0.4.5", "0.4.5.post1", "0.4.5.post2",
+                    "0.4.5.post3", "0.4.6", "0.4.6.post1", "0.4.6.post2", "0.4.6.post3", "0.4.6.post4", "0.4.6.post5",
+                    "0.4.7")  # fmt: skip
+"""The releases the queue driver reaches before 0.4.7.post1: no check that a running request can still finish (T19),
+and to 0.4.6.post4 no abort scan (T18); T3, T11 and T16 (from 0.4.6.post5) already there too."""
+
+T3_LATE = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
+"""T3's releases past ``QUEUE_EARLY`` (fixed in 0.5.22)."""
 
 QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16")  # fmt: skip
@@ -789,7 +887,8 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+            # from 0.4.5.post2: paged allocation (#5561), the first page size above 1
+            (*QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :], *QUEUE_READ_ONCE, *QUEUE_EARLY, *T3_LATE),
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
@@ -803,7 +902,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T11",
             "Q2",
             "sglang",
-            (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19"),
+            (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19"),
             "decode's pre-allocation admits requests whatever their LoRA adapters: a batch can need more adapters "
             "than --max-loras-per-batch, and the forward's fetch_new_loras asserts (fixed in 0.5.20, upstream "
             "#39332)",
@@ -841,10 +940,38 @@ KNOWN: dict[str, KnownDefect] = {
             narrower=(("Q5", ("0.5.11",)),),  # Q5 is about radix locks: no decode radix cache before 0.5.11
         ),
         KnownDefect(
+            "T18",
+            "Q1",
+            "sglang",
+            QUEUE_NO_RETRACT[: QUEUE_NO_RETRACT.index("0.4.6.post5")],
+            "decode's pre-allocation has no scan for aborted requests: a request aborted while queued (a prompt too "
+            "long, a bad logprob start, an unknown session - the scheduler aborts and still queues it) is "
+            "pre-allocated and transferred like a live one, and its slot and KV pages are never freed (fixed in "
+            "0.4.6.post5, upstream #6535 and #6558)",
+            _t18_shows,
+            _t18_explains,
+            also=("Q2", "Q3"),
+        ),
+        KnownDefect(
+            "T19",
+            "Q3",
+            "sglang",
+            QUEUE_NO_RETRACT,
+            "decode's pre-allocation admits a request without checking that it can finish with the running requests "
+            "retracted (what prefill sends + its new tokens - their retractable tokens): a running request can run "
+            "out of memory while the admitted ones sit in the transfer queue, which cannot be retracted (fixed in "
+            "0.4.7.post1, upstream #7196)",
+            _t19_shows,
+            _t19_explains,
+            also=("Q2",),
+            # Q2 meets it where the ci draws reach a pass that admits past the check: at page size 1 (to 0.4.5.post1)
+            narrower=(("Q2", QUEUE_NO_RETRACT[: QUEUE_NO_RETRACT.index("0.4.5.post2")]),),
+        ),
+        KnownDefect(
             "T16",
             "Q1",
             "sglang",
-            (*QUEUE_READ_ONCE, *QUEUE_EARLY[: QUEUE_EARLY.index("0.5.14")]),
+            ("0.4.6.post5", "0.4.7", *QUEUE_READ_ONCE, *QUEUE_EARLY[: QUEUE_EARLY.index("0.5.14")]),  # the abort scan
             "decode's pre-allocation fails a request aborted while queued without clearing its KV receiver: the "
             "receiver's per-room state (request status, transfer infos) stays behind for every such abort (fixed in "
             "0.5.14, upstream #28022)",

@@ -73,7 +73,9 @@ def _shortfall(c: Choices, most: int, *, lean: tuple[int, ...] = ()) -> int:
 
 def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_page_size: int) -> DecodeQueueCase:
     """``decode_queues``' example, drawn from ``c``."""
+    # pages of more than one token came with paged transfer (#5561, 0.4.5.post2): drawn, then 1 before it
     ps = pick_page_size(c, page_size_list(max_page_size))
+    ps = ps if DOMAIN.has("paged_transfer") else 1
     k = c.integer(1, max_requests, lean=3)
     # priority scheduling came in 0.5.3 (#8746): drawn, then dropped before it (the draws after it stay in place)
     order = c.pick(PRIORITY_ORDERS) if c.boolean(lean=True) else None

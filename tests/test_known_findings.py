@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pdverify.cli import exitcodes
-from pdverify.findings import KNOWN, QUEUE_EARLY, QUEUE_READ_ONCE
+from pdverify.findings import KNOWN, QUEUE_EARLY, QUEUE_NO_RETRACT, QUEUE_READ_ONCE
 from pdverify.model.exchange import PrefillCase
 from pdverify.runner import load_properties
 from tests.test_cli import check
@@ -175,7 +175,17 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert not t9.explains({"pair": pair}, "start_send_idx not page-aligned before the last chunk: [0, 4, 8]")
     assert t9.explains({"pair": pair}, "chunk 1 lands at 7, expected 2")
     assert t9.releases_for("P11") == ("0.4.5.post2",)
-    assert t3.releases_for("Q2") == (*QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
+    paged = QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :]  # page size 1 only before #5561
+    assert t3.releases_for("Q2") == (
+        *paged,
+        *QUEUE_READ_ONCE,
+        *QUEUE_EARLY,
+        "0.5.17",
+        "0.5.18",
+        "0.5.19",
+        "0.5.20",
+        "0.5.21",
+    )
 
     def request(length: int) -> QueuedRequest:
         return QueuedRequest(length=length, output_len=0, max_new_tokens=1)
@@ -365,7 +375,8 @@ def test_t16_is_an_aborted_receiver_left_uncleared() -> None:
     assert not t16.explains({"case": case}, "failed none, expected #0")
     swa = "receivers released for #2, expected #0, #2"  # a request failed for its SWA tail keeps its clear
     assert t16.explains({"case": case}, swa)
-    assert t16.releases == (*QUEUE_READ_ONCE, "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
+    assert t16.releases == ("0.4.6.post5", "0.4.7", *QUEUE_READ_ONCE, "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13",
+                            "0.5.13.post1")  # fmt: skip
 
 
 def _release(version: str) -> object:
@@ -430,3 +441,61 @@ def _read_once_explanations(t3: Any, args: dict[str, Any]) -> None:
     assert t3.explanation("Q3")(args, "queue after the pass #2, expected #0, #1, #2")
     assert not t3.explanation("Q2")(args, "admitted #0, #1, expected #0 (buffers 3, rows 3, budget 3 tokens)")
     assert not t3.explanation("Q3")(args, "queue after the pass #1, #2, #0, expected #0, #1, #2")
+
+
+def _bound(release: str, check: Any) -> None:
+    """``check()`` with the input domain (and so the queue explanations' form) of ``release``."""
+    from pdverify.properties.releases import bind_release
+
+    bind_release(release)
+    try:
+        check()
+    finally:
+        bind_release(None)
+
+
+def test_t18_is_an_aborted_request_admitted() -> None:
+    """T18 (0.4.4.post2-0.4.6.post4): no abort scan - an aborted request is admitted like a live one; only the pass
+    with that defect explains, not another admission."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t18 = KNOWN["T18"]
+    assert t18.releases[0] == "0.4.4.post2" and t18.releases[-1] == "0.4.6.post4"
+    r = QueuedRequest
+    case = DecodeQueueCase(page_size=4, requests=(r(9, aborted=True), r(6), r(5, bootstrapped=False), r(7)),
+                           free_pages=tuple(range(1, 17)), metadata_buffers=4, request_rows=4,
+                           token_budget=64)  # fmt: skip
+    args = {"case": case}
+    assert t18.shows(args) and not t18.shows({"case": replace(case, requests=case.requests[1:])})
+
+    def check() -> None:
+        assert t18.explanation("Q1")(args, "failed none, expected #0")
+        assert not t18.explanation("Q1")(args, "failed none, expected #0, #1"), "not what the oracle expects"
+        assert t18.explanation("Q2")(args, "admitted #0, #1, #3, expected #1, #3 (buffers 4, rows 4, budget 64 tokens)")
+        assert not t18.explanation("Q2")(args, "admitted #1, #3, #0, expected #1, #3 (buffers 4, rows 4, budget 64")
+        assert t18.explanation("Q3")(args, "queue after the pass #2, expected #2") is False, "no difference, no failure"
+
+    _bound("0.4.6.post4", check)
+
+
+def test_t19_is_admission_without_the_room_to_finish() -> None:
+    """T19 (0.4.4.post2-0.4.7): admission does not check that a request can finish with the running requests
+    retracted; it shows only where that need exceeds the request's pages and headroom."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t19 = KNOWN["T19"]
+    assert t19.releases[0] == "0.4.4.post2" and t19.releases[-1] == "0.4.7"
+    long = QueuedRequest(length=2, output_len=0, max_new_tokens=20)
+    case = DecodeQueueCase(page_size=1, requests=(long, long), free_pages=tuple(range(1, 30)), metadata_buffers=2,
+                           request_rows=2, token_budget=10, running=((1, None),))  # fmt: skip
+    args = {"case": case}
+    assert t19.shows(args)  # 2 + 20 - 1 = 21 > 2: the check refuses both
+    assert not t19.shows({"case": replace(case, requests=(replace(long, max_new_tokens=1),) * 2)})
+
+    def check() -> None:
+        assert t19.explanation("Q2")(args, "admitted #0, #1, expected none (buffers 2, rows 2, budget 10 tokens)")
+        assert not t19.explanation("Q2")(args, "admitted #0, expected none (buffers 2, rows 2, budget 10 tokens)")
+        assert t19.explanation("Q3")(args, "queue after the pass none, expected #0, #1")
+        assert not t19.explanation("Q3")(args, "queue after the pass #1, expected #0, #1")
+
+    _bound("0.4.7", check)

@@ -235,8 +235,10 @@ class DecodeQueueCase:
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
         decode-side prefixes (the radix cache), host receive, a hybrid SWA pool (its tail pre-allocated), with the radix
-        cache; a pass given ``rids_to_check``; priority scheduling; the staging buffer."""
+        cache; a pass given ``rids_to_check``; priority scheduling; the staging buffer; pages of more than one token."""
         used = ["decode_prefixes"] if self.radix else []
+        if self.page_size > 1:
+            used.append("paged_transfer")
         if self.host_threshold < 1:
             used.append("host_receive")
         if self.swa_free_pages is not None:

@@ -192,6 +192,9 @@ FROM_DCP_PREFILL = Contract(
     "dcp_size-page unit, #32837), first in sglang 0.5.17",
     "0.5.17",
 )
+FROM_KV_TRANSPORT = Contract(
+    "a KV transport with a metadata wire (Mooncake's, #4880), first in sglang 0.4.5.post1", "0.4.5.post1"
+)
 FROM_RIDS_TO_CHECK = Contract(
     "decode's pre-allocation pass given rids_to_check (the decode PP event loop, #14945), first in sglang 0.5.7",
     "0.5.7",

@@ -21,6 +21,7 @@ from pdverify.properties.releases import (
     BUDGET_READ_ONCE,
     DOMAIN,
     FROM_BUDGET_REREAD,
+    FROM_KV_TRANSPORT,
     FROM_REQ_ROW_PADDING,
 )
 from pdverify.strategies.queue import decode_queues
@@ -220,7 +221,8 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
 @examples("case", EXAMPLES)
 @prop(
     "Q4",
-    "each admitted request's destination list (int32) names exactly the fresh pages it was given, for what prefill "
+    "each admitted request's destination list (in the wire's dtype: int32) names exactly the fresh pages it was given, "
+    "for what prefill "
     "sends past its matched prefix (a rebootstrapped request: its outputs too); its row holds its prefix then those "
     "pages; no fresh page is given twice, none is page 0, a prefix page or outside the free list; buffers and rows "
     "are distinct, one row per device admission and one buffer per admission taken from the free ones, no more; "
@@ -228,6 +230,7 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
     clauses=(
         Clause("resources", title="destinations, pages, buffers, rows and the budget"),
         Clause("padding_row", FROM_REQ_ROW_PADDING, "request row 0 is padding, never given"),
+        Clause("wire_dtype", FROM_KV_TRANSPORT, "the destination list in the dtype the metadata wire carries"),
     ),
     needs=NEEDS,
     case=decode_queues(),
@@ -272,7 +275,10 @@ def test_q4_admitted_destinations(target: Target, device: str, case: DecodeQueue
             assert page not in given, f"page {page} given to #{i} and to #{given[page]}"
             given[page] = i
         want = held[: -(-(req.prefill_len - prefix) // ps)]
-        assert trace.dtypes[k] == "int32", f"#{i}'s destination list is {trace.dtypes[k]}, the wire carries int32"
+        if applies("wire_dtype"):  # int32 from #7214 (0.4.7.post1), int64 before, on both sides of the wire
+            wire = DOMAIN.wire_page_dtype
+            assert trace.dtypes[k] == wire, f"#{i}'s destination list is {trace.dtypes[k]}, the wire carries {wire}"
+        applies("resources")
         assert list(trace.pages[k]) == want, (
             f"#{i} registered destination pages {list(trace.pages[k])}, it holds {want} for positions "
             f"[{prefix}, {req.prefill_len}) (rebootstrap: {req.rebootstrap})"

@@ -568,6 +568,16 @@ def _staging(ps: int, events: list[tuple[str, int]]) -> Any:  # pragma: no cover
     return Recorded(None, None, buffers, decode_tp=1, total_kv_heads=1, tp_rank=0, scheduler=None)
 
 
+def _queue_rows(decode: Any, rows: int, width: int) -> Any:  # pragma: no cover - conformance venv
+    """Decode's request-to-token pool with ``rows`` free rows of ``width`` slots: ``DecodeReqToTokenPool`` (no
+    pre-allocation rows) from 0.4.7 (#6980), the plain ``ReqToTokenPool`` decode used before."""
+    if hasattr(decode, "DecodeReqToTokenPool"):
+        return decode.DecodeReqToTokenPool(rows, width, "cpu", False, 0)
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    return ReqToTokenPool(rows, width, "cpu", False)
+
+
 def _lora_manager() -> Any:  # pragma: no cover - conformance venv
     """SGLang's ``LoRAManager``, its module imported after the quantization package as the server does: imported first,
     0.5.5-0.5.6.post2's ``layers.linear`` and ``layers.quantization`` import each other half-initialised."""
@@ -608,7 +618,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     swa_start = swa_available()
     swa_headroom = case.reserved_decode_tokens if case.radix else 0  # none with disable_radix_cache
     width = max(r.fill_len for r in case.requests) + ps
-    req_pool = decode.DecodeReqToTokenPool(case.request_rows, width, "cpu", False, 0)
+    req_pool = _queue_rows(decode, case.request_rows, width)
     streamed: list[Any] = []
     cleared: list[str] = []
     sent: dict[str, tuple[Any, ...]] = {}

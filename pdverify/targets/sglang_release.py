@@ -22,7 +22,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs from 0.4.7.post1 (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs on every release (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -109,29 +109,33 @@ before it the sender prefill initialises is a placeholder). 0.4.5.post1 initiali
 count, its page count at page size 1, the only one before paged transfer (#5561, 0.4.5.post2: the ``paged_transfer``
 input feature). The driver calls ``PrefillBootstrapQueue.finalize_bootstrap`` from 0.5.13 (#26780) and, before,
 ``pop_bootstrapped`` over a queue holding the request, where the same steps are inline."""
-DECODE_QUEUE_DRIVER_FROM = "0.4.7.post1"
-"""The first release the ``pop_preallocated`` driver runs on: the first with ``DecodeReqToTokenPool`` (#6980, 0.4.7) and
-decode retraction's admission check of the running requests' retractable tokens (#7196, 0.4.7.post1). To 0.5.10.post1
-the pass has no decode prefix and reads its budget once, taking each admission's prompt length and headroom from it
-(Q2's and Q3's ``budget_read_once`` clause; ``budget_reread`` from 0.5.11, #19746), hands out request row 0 (Q4's
-``padding_row`` clause from 0.5.11, #24243), has no staging buffer before 0.5.10 (#19890), no ``rids_to_check``
-before 0.5.7 (#14945: the driver reads the failed requests off the queue there) and no priority scheduling before
-0.5.3 (#8746); it names the metadata hand-over ``init`` to 0.5.9. The queue has the form it is written against from
-0.5.11, the first with a decode prefix (``DecodePrefixMatch`` from 0.5.13, #26227 - 0.5.11-0.5.12.post1 match as an
-``(indices, length)`` pair and stream through the scheduler's own ``stream_output``, and 0.5.11 budgets through
-``_allocatable_tokens``, all met by the driver; no SWA-tail pre-allocation before 0.5.12, #24857: the
-``swa_tail_prealloc`` input feature; no priority sort before 0.5.12, #25062: T17; the KV bookkeeping on the request
-to 0.5.18, ``req.kv`` from 0.5.19; the flags read through ``get_disagg()`` and locks released by receipt from 0.5.20
-- 0.5.13 to 0.5.19 read ``scheduler.server_args`` and release by ``dec_lock_ref(node)`` or ``swa_uuid_for_lock``, all
-met by the driver - no SWA-tail reclaim before 0.5.19, raw SWA charges before 0.5.18 (#33794: T14), no LoRA admission
-gate before 0.5.20 (#39332: T11), the staging room registered after the metadata before 0.5.17 (#31217: T15), an
-aborted request's receiver not cleared to 0.5.13 (#28022: T16), and no rebootstrap before 0.5.16 (#25372: the driver
-passes ``is_rebootstrap`` only where ``DecodeRequest`` has it; a request whose abort was already streamed is queued
-only with it), with the destination list and admission inline to 0.5.20 (``_send_kv_metadata`` /
-``_transfer_page_indices`` and ``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21 (#40238:
-the ``host_receive`` input feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too.
-The budgets are the case's (``_allocatable_token_budgets`` and the SWA side's ``_swa_tail_allocatable_token_budget``,
-less what the pass committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
+DECODE_QUEUE_DRIVER_FROM = "0.4.4.post2"
+"""The first release the ``pop_preallocated`` driver runs on: every release with PD decode. Before 0.4.7 decode's
+request rows are a plain ``ReqToTokenPool`` (``DecodeReqToTokenPool`` from #6980); to 0.4.7 admission has no check
+that a request can finish with the running requests retracted (#7196, 0.4.7.post1: the triaged T19), to 0.4.6.post4
+no abort scan (#6535, #6558, 0.4.6.post5: T18); the destination list is int64 to 0.4.7 (#7214, the wire's dtype: Q4's
+``wire_dtype`` clause, from the first KV transport, 0.4.5.post1) and a token list at page size 1 to 0.4.5.post1
+(#5561: the ``paged_transfer`` input feature). To 0.5.10.post1 the pass has no decode prefix and reads its budget
+once, taking each admission's prompt length and headroom from it (Q2's and Q3's ``budget_read_once`` clause;
+``budget_reread`` from 0.5.11, #19746), hands out request row 0 (Q4's ``padding_row`` clause from 0.5.11, #24243),
+has no staging buffer before 0.5.10 (#19890), no ``rids_to_check`` before 0.5.7 (#14945: the driver reads the failed
+requests off the queue there) and no priority scheduling before 0.5.3 (#8746); it names the metadata hand-over
+``init`` to 0.5.9. The queue has the form it is written against from 0.5.11, the first with a decode prefix
+(``DecodePrefixMatch`` from 0.5.13, #26227 - 0.5.11-0.5.12.post1 match as an ``(indices, length)`` pair and stream
+through the scheduler's own ``stream_output``, and 0.5.11 budgets through ``_allocatable_tokens``, all met by the
+driver; no SWA-tail pre-allocation before 0.5.12, #24857: the ``swa_tail_prealloc`` input feature; no priority sort
+before 0.5.12, #25062: T17; the KV bookkeeping on the request to 0.5.18, ``req.kv`` from 0.5.19; the flags read
+through ``get_disagg()`` and locks released by receipt from 0.5.20 - 0.5.13 to 0.5.19 read ``scheduler.server_args``
+and release by ``dec_lock_ref(node)`` or ``swa_uuid_for_lock``, all met by the driver - no SWA-tail reclaim before
+0.5.19, raw SWA charges before 0.5.18 (#33794: T14), no LoRA admission gate before 0.5.20 (#39332: T11), the staging
+room registered after the metadata before 0.5.17 (#31217: T15), an aborted request's receiver not cleared to 0.5.13
+(#28022: T16), and no rebootstrap before 0.5.16 (#25372: the driver passes ``is_rebootstrap`` only where
+``DecodeRequest`` has it; a request whose abort was already streamed is queued only with it), with the destination
+list and admission inline to 0.5.20 (``_send_kv_metadata`` / ``_transfer_page_indices`` and
+``_required_admission_tokens`` from 0.5.21) and no host receive before 0.5.21 (#40238: the ``host_receive`` input
+feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-ins too. The budgets are the case's
+(``_allocatable_token_budgets`` and the SWA side's ``_swa_tail_allocatable_token_budget``, less what the pass
+committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
 ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
     "prefill_exchange": "0.5.14 and earlier have no early cached-prefix send (#29316: no "
@@ -143,10 +147,6 @@ EARLIER_FORM = {
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
     "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
     "pages; a driver for that form is not written yet",
-    "decode_queue": "0.4.7 and earlier have no decode retraction (#7196, 0.4.7.post1: the admission check of the "
-    "running requests' retractable tokens that Q2 asserts), 0.4.6.post5 and earlier no DecodeReqToTokenPool "
-    "(#6980), 0.4.6.post4 and earlier no abort scan in the pass (#6535) and int64 destination lists, "
-    "0.4.5.post1 and earlier token indices (#5561); a driver for those forms is not written yet",
 }
 """Why a unit has no driver before its driver's first release: the form the release's code has there."""
 CHUNK_SENDER_FROM = "0.5.21"
