@@ -191,16 +191,14 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
     at - one whose raw fill length and headroom fit what is left of the budget while its whole pages do not; Q1's
     when that request, admitted so, then failed for want of SWA pages (the hybrid pool's reclaim: with the radix
     cache, whose evictable SWA pages the SWA budget counts, a rebootstrapped request takes the raw-length path)."""
-    from pdverify.oracle.decode_queue import expected_pass
 
     case = kwargs["case"]
     if _budget_read_once():  # to 0.5.10.post1: what the pass with raw fill lengths and the budget read once did
         shown, expected = _pass_message(message), _expected_of(message)
-        if shown is None or not expected[0] or not _pass_shows(expected_pass(case, budget_reread=False), *expected):
+        if shown is None or not expected[0] or not _pass_shows(_oracle(case, budget_reread=False), *expected):
             return False
-        # every such release lacks the LoRA gate too (T11): a pass may show both, T11 alone changing nothing
-        return any(_pass_shows(_defective_queue_pass(case, raw_fill=True, lora_gate=g), *shown) for g in (True, False))
-    want = expected_pass(case)
+        return _pass_shows(_defective_queue_pass(case, raw_fill=True), *shown)  # with T11 too: T11's
+    want = _oracle(case)
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
     q3 = re.match(r"queue after the pass ([#\d, ]+|none), expected ([#\d, ]+|none)$", message)
@@ -437,12 +435,16 @@ def _t11_shows(kwargs: Mapping[str, Any]) -> bool:
     from dataclasses import replace
 
     from pdverify.model.queue import DecodeQueueCase
-    from pdverify.oracle.decode_queue import expected_pass
 
     case = kwargs.get("case")
     if not isinstance(case, DecodeQueueCase) or case.max_loras is None:
         return False
-    return expected_pass(case) != expected_pass(replace(case, max_loras=None))
+    if _oracle(case) != _oracle(replace(case, max_loras=None)):
+        return True
+    # with the release's other queue defects (T3's raw lengths), where the gate alone changes nothing in the oracle
+    return _pass_differs(
+        _defective_queue_pass(case, lora_gate=False, raw_fill=True), _defective_queue_pass(case, raw_fill=True)
+    )
 
 
 _T11_FIELDS = {
@@ -472,6 +474,15 @@ def _budget_read_once() -> bool:
     return DOMAIN.release is not None and FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is not None
 
 
+def _oracle(case: Any, *, budget_reread: bool | None = None) -> Any:
+    """The queue oracle's pass under the rules of the release under check (as the properties call it): the budget
+    read once to 0.5.10.post1, the SWA headroom charged with the radix cache off too to 0.5.13.post1."""
+    from pdverify.oracle.decode_queue import expected_pass
+
+    reread = not _budget_read_once() if budget_reread is None else budget_reread
+    return expected_pass(case, budget_reread=reread, swa_headroom_always=_release_before("0.5.14"))
+
+
 def _expected_of(message: str) -> tuple[str, list[int]]:
     """A pass-level queue message's field and the requests the oracle expected there (``_pass_message``'s other
     side); ``("", [])`` for any other message."""
@@ -486,8 +497,6 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     without the LoRA gate: every request the limit should have passed over was taken as if its adapter fit."""
     from dataclasses import replace
 
-    from pdverify.oracle.decode_queue import expected_pass
-
     shown = _pass_message(message)
     if shown is None:
         return False
@@ -496,10 +505,17 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     # every release with T11 has T3 too: a pass can show both; to 0.5.10.post1 the budget is read once
     once = _budget_read_once()
     passes = (
-        expected_pass(replace(case, max_loras=None), budget_reread=not once),
+        _oracle(replace(case, max_loras=None), budget_reread=not once),
         _defective_queue_pass(case, lora_gate=False, raw_fill=True),
     )
     return any(_pass_shows(p, field, got) for p in passes)
+
+
+def _pass_differs(a: Any, b: Any) -> bool:
+    """Whether two passes (None: one that crashes) differ in what they admit, fail or keep."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return any(list(getattr(a, f)) != list(getattr(b, f)) for f in ("admitted", "failed", "remaining"))
 
 
 def _pass_shows(trace: Any, field: str, got: list[int]) -> bool:
@@ -550,6 +566,7 @@ def _defective_queue_pass(
     read_once = _budget_read_once() if read_once is None else read_once
     abort_scan = not _release_before("0.4.6.post5") if abort_scan is None else abort_scan
     retract_check = not _release_before("0.4.7.post1") if retract_check is None else retract_check
+    headroom_always = _release_before("0.5.14")
 
     class Defective(PreallocPass):
         charged = 0
@@ -581,19 +598,12 @@ def _defective_queue_pass(
             room = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens
             return max(req.fill_len + self.case.reserved_decode_tokens, req.prefill_len + room)
 
-        def raw_charge(self, i: int) -> int:
-            return self.case.swa_tail_len(i) + (self.case.reserved_decode_tokens if self.case.radix else 0)
-
-        def swa_fits(self, i: int) -> bool:
-            if not raw_swa:
-                return super().swa_fits(i)
-            budget = self.swa_budget()
-            new = min(self.case.requests[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
-            need = max(self.raw_charge(i), self.case.swa_tail_len(i) + new - self.case.retractable_swa_tokens)
-            if budget is not None and need > budget:
-                self.locks.discard(i)
-                return False
-            return True
+        def swa_charge(self, i: int) -> int:
+            """The SWA budget's charge: the raw tail (T14) or its whole pages, and the headroom with the radix cache
+            (always, to 0.5.13.post1: before #28755)."""
+            ps, tail = self.case.page_size, self.case.swa_tail_len(i)
+            charge = tail if raw_swa else -(-tail // ps) * ps
+            return charge + (self.case.reserved_decode_tokens if self.case.radix or headroom_always else 0)
 
         def reclaim_swa(self, i: int) -> bool:
             if not raw_swa:
@@ -602,7 +612,7 @@ def _defective_queue_pass(
             if count > len(self.swa_free):
                 raise _SwaPagesShort
             self.swa_free = self.swa_free[count:]
-            self.swa_committed += self.raw_charge(i)
+            self.swa_committed += self.swa_charge(i)
             return True
 
     try:
@@ -693,15 +703,13 @@ def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     raw fill lengths: T3)."""
     from dataclasses import replace
 
-    from pdverify.oracle.decode_queue import expected_pass
-
     shown = _pass_message(message)
     if shown is None:
         return False
     arrival = replace(kwargs["case"], priority_order=None)
     once = _budget_read_once()
     passes = (
-        expected_pass(arrival, budget_reread=not once),
+        _oracle(arrival, budget_reread=not once),
         _defective_queue_pass(arrival, raw_fill=True),
         _defective_queue_pass(arrival, lora_gate=False),
         _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
@@ -744,13 +752,12 @@ def _queue_defect_explains(kwargs: Mapping[str, Any], message: str, fixed_by: st
     form has (raw fill lengths: T3; no LoRA gate: T11; the budget read once; no abort scan to 0.4.6.post4; no
     retractable-token check to 0.4.7) - and not as the same pass makes it with ``fixed_by`` (``abort_scan``,
     ``retract_check``) fixed: the failure is that defect's."""
-    from pdverify.oracle.decode_queue import expected_pass
 
     shown, expected = _pass_message(message), _expected_of(message)
     case = kwargs["case"]
     if shown is None or not expected[0]:
         return False
-    if not _pass_shows(expected_pass(case, budget_reread=not _budget_read_once()), *expected):
+    if not _pass_shows(_oracle(case), *expected):
         return False  # not the failure of this pass against the oracle
     present = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: False})
     fixed = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: True})
@@ -847,6 +854,9 @@ QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.
 were already present (T14 from 0.5.12, with SWA-tail pre-allocation) and the staging room was registered after the
 metadata (T15)."""
 
+T3_RELEASES = (*QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :], *QUEUE_READ_ONCE, *QUEUE_EARLY, *T3_LATE)
+"""T3's releases: from 0.4.5.post2, paged allocation's first (#5561: the first page size above 1), to 0.5.21."""
+
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
@@ -887,16 +897,17 @@ KNOWN: dict[str, KnownDefect] = {
             "T3",
             "Q4",
             "sglang",
-            # from 0.4.5.post2: paged allocation (#5561), the first page size above 1
-            (*QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :], *QUEUE_READ_ONCE, *QUEUE_EARLY, *T3_LATE),
+            T3_RELEASES,
             "decode's pre-allocation admits a request (radix cache off, or rebootstrapped) against the token budget "
             "by its fill length, while the allocator takes whole pages: a pass allocates past the budget (fixed in "
             "0.5.22)",
             _t3_shows,
             _t3_explains,
-            also=("Q3", "Q2", "Q1"),
+            also=("Q3", "Q2"),
             explains_also=_t3_overadmits,
-            narrower=(("Q1", ("0.5.21",)),),
+            # Q4 (the overshoot itself) no longer meets it on 0.5.21 in the ci draws, where the budget's re-read
+            # keeps back the admitted requests' headroom (the release's own budget since stop 38)
+            narrower=(("Q4", T3_RELEASES[:-1]),),
         ),
         KnownDefect(
             "T11",
@@ -908,10 +919,11 @@ KNOWN: dict[str, KnownDefect] = {
             "#39332)",
             _t11_shows,
             _t11_explains,
-            also=("Q3", "Q5"),
+            also=("Q3", "Q5", "Q1"),
             # Q5 sees it where the pass admits a request past the limit instead of a later one with a prefix (its
-            # lock): the ci draws meet that on 0.5.12-0.5.15
-            narrower=(("Q5", QUEUE_EARLY[: QUEUE_EARLY.index("0.5.16")]),),
+            # lock): the ci draws meet that on 0.5.12-0.5.15; Q1 where the request admitted past the limit takes
+            # the last SWA pages a later one needed, which then fails (0.5.19: SWA with the radix cache)
+            narrower=(("Q5", QUEUE_EARLY[1 : QUEUE_EARLY.index("0.5.16")]), ("Q1", ("0.5.19",))),
         ),
         KnownDefect(
             "T14",
@@ -923,8 +935,7 @@ KNOWN: dict[str, KnownDefect] = {
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
             _t14_shows,
             _t14_explains,
-            also=("Q1", "Q3"),
-            narrower=(("Q1", ("0.5.16", "0.5.17")),),
+            also=("Q3",),
         ),
         KnownDefect(
             "T17",
@@ -951,6 +962,8 @@ KNOWN: dict[str, KnownDefect] = {
             _t18_shows,
             _t18_explains,
             also=("Q2", "Q3"),
+            # Q3 meets it where the ci draws reach it: at page size 1 (to 0.4.5.post1)
+            narrower=(("Q3", QUEUE_NO_RETRACT[: QUEUE_NO_RETRACT.index("0.4.5.post2")]),),
         ),
         KnownDefect(
             "T19",
@@ -964,8 +977,6 @@ KNOWN: dict[str, KnownDefect] = {
             _t19_shows,
             _t19_explains,
             also=("Q2",),
-            # Q2 meets it where the ci draws reach a pass that admits past the check: at page size 1 (to 0.4.5.post1)
-            narrower=(("Q2", QUEUE_NO_RETRACT[: QUEUE_NO_RETRACT.index("0.4.5.post2")]),),
         ),
         KnownDefect(
             "T16",

@@ -212,7 +212,7 @@ def test_t9_and_t3_explanations_are_the_defects_own_failures() -> None:
     assert not t3.explanation("Q1")({"case": radix}, "failed #0, expected none"), "without an SWA pool nothing fails"
     aligned = replace(swa, requests=(replace(reboot, length=2),))
     assert not t3.explanation("Q1")({"case": aligned}, "failed #0, expected none")
-    assert t3.releases_for("Q1") == ("0.5.21",)
+    assert "Q1" not in t3.properties() and "0.5.21" not in t3.releases_for("Q4")  # the ci draws no longer meet them
 
 
 def test_t11_is_a_pass_without_the_lora_gate() -> None:
@@ -332,7 +332,7 @@ def test_t14_is_a_raw_swa_tail_charge() -> None:
     aligned = replace(shaped, requests=tuple(replace(r, length=1024) for r in prompts))  # tails of whole pages
     assert not t14.shows({"case": aligned}) and not t14.shows({"case": replace(shaped, swa_free_pages=None,
                                                                                 swa_token_budget=None)})  # fmt: skip
-    assert t14.releases_for("Q2")[-1] == "0.5.17" and t14.releases_for("Q1") == ("0.5.16", "0.5.17")
+    assert t14.releases_for("Q2")[-1] == "0.5.17" and t14.properties() == ("Q2", "Q3")
 
 
 def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:

@@ -40,7 +40,11 @@ class ExpectedPass:
     locked: list[int]
 
 
-def expected_pass(case: DecodeQueueCase, *, budget_reread: bool = True) -> ExpectedPass:
+def expected_pass(
+    case: DecodeQueueCase, *, budget_reread: bool = True, swa_headroom_always: bool = False
+) -> ExpectedPass:
+    """The pass's outcome. ``budget_reread=False``: the budget read once (to 0.5.10.post1); ``swa_headroom_always``:
+    the SWA budget charged the decode headroom with the radix cache off too (to 0.5.13.post1, before #28755)."""
     reqs = case.requests
     ps = case.page_size
     order = list(range(len(reqs)))
@@ -108,7 +112,7 @@ def expected_pass(case: DecodeQueueCase, *, budget_reread: bool = True) -> Expec
         if case.swa_free_pages is not None:
             tail = span(fill)
             swa_pages = (tail + ps - 1) // ps
-            swa_required = swa_pages * ps + (case.reserved_decode_tokens if case.radix else 0)
+            swa_required = swa_pages * ps + (case.reserved_decode_tokens if case.radix or swa_headroom_always else 0)
             if swa_budget is not None and max(swa_required, tail + new - swa_retractable) > swa_budget:
                 break
             if swa_pages > swa_free:

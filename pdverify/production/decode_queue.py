@@ -173,7 +173,7 @@ class PreallocPass:
         budget = self.swa_budget()
         tail = self.case.swa_tail_len(i)
         new = min(self.case.requests[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
-        need = max(self.case.swa_required(i), tail + new - self.case.retractable_swa_tokens)
+        need = max(self.swa_charge(i), tail + new - self.case.retractable_swa_tokens)
         if budget is not None and need > budget:
             self.locks.discard(i)
             return False
@@ -187,8 +187,12 @@ class PreallocPass:
             self.locks.discard(i)
             return False
         self.swa_free = self.swa_free[count:]
-        self.swa_committed += self.case.swa_required(i)
+        self.swa_committed += self.swa_charge(i)
         return True
+
+    def swa_charge(self, i: int) -> int:
+        """``_prealloc_required_tokens``' SWA side: the tail's whole pages and, with the radix cache, the headroom."""
+        return self.case.swa_required(i)
 
     def receive_on_host(self, i: int) -> tuple[list[int], np.ndarray]:
         """The host pages for the prompt, and the destination list naming them (int32)."""

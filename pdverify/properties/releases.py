@@ -212,6 +212,11 @@ FROM_STAGING_BUFFER = Contract(
 FROM_REQ_ROW_PADDING = Contract(
     "request row 0 reserved as padding in every request pool (#24243), first in sglang 0.5.11", "0.5.11"
 )
+FROM_SWA_HEADROOM_RADIX_ONLY = Contract(
+    "a hybrid SWA request's decode headroom charged against the SWA budget only with the radix cache (#28755, "
+    "chunk-cache SWA sizing), first in sglang 0.5.14",
+    "0.5.14",
+)
 FROM_BUDGET_REREAD = Contract(
     "admission re-reads its budget from the pool after each admission (#19746, the decode radix cache), first in "
     "sglang 0.5.11",

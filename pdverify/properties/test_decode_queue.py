@@ -23,6 +23,7 @@ from pdverify.properties.releases import (
     FROM_BUDGET_REREAD,
     FROM_KV_TRANSPORT,
     FROM_REQ_ROW_PADDING,
+    FROM_SWA_HEADROOM_RADIX_ONLY,
 )
 from pdverify.strategies.queue import decode_queues
 from pdverify.targets import Target
@@ -131,10 +132,14 @@ def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
     return ", ".join(f"#{i}" for i in indices) or "none"
 
 
-def _want(case: DecodeQueueCase) -> ExpectedPass:
-    """The oracle's pass under the release's budget rule: re-read after each admission from 0.5.11 (#19746), read
-    once before (Q1 and Q5 do not depend on it there: no SWA pool, no radix cache before 0.5.11)."""
-    return expected_pass(case, budget_reread=FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is None)
+def _want(case: DecodeQueueCase, budget_reread: bool | None = None) -> ExpectedPass:
+    """The oracle's pass under the release's rules: the budget re-read after each admission from 0.5.11 (#19746),
+    read once before (Q1 and Q5 do not depend on it there: no SWA pool, no radix cache before 0.5.11); the SWA
+    budget charged the decode headroom only with the radix cache from 0.5.14 (#28755), always before."""
+    if budget_reread is None:
+        budget_reread = FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is None
+    always = FROM_SWA_HEADROOM_RADIX_ONLY.not_applicable(DOMAIN.release) is not None
+    return expected_pass(case, budget_reread=budget_reread, swa_headroom_always=always)
 
 
 BUDGET_CLAUSES = (
@@ -193,7 +198,7 @@ def test_q2_admission_order_and_stops(target: Target, device: str, case: DecodeQ
     trace = _pass(target, device, case)
     for clause, reread in (("budget_reread", True), ("budget_read_once", False)):
         if applies(clause):
-            want = expected_pass(case, budget_reread=reread)
+            want = _want(case, budget_reread=reread)
             assert list(trace.admitted) == want.admitted, (
                 f"admitted {_names(case, trace.admitted)}, expected {_names(case, want.admitted)} "
                 f"(buffers {case.metadata_buffers}, rows {case.request_rows}, budget {case.token_budget} tokens)"
@@ -212,7 +217,7 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
     trace = _pass(target, device, case)
     for clause, reread in (("budget_reread", True), ("budget_read_once", False)):
         if applies(clause):
-            want = expected_pass(case, budget_reread=reread)
+            want = _want(case, budget_reread=reread)
             assert list(trace.remaining) == want.remaining, (
                 f"queue after the pass {_names(case, trace.remaining)}, expected {_names(case, want.remaining)}"
             )
