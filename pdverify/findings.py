@@ -194,10 +194,10 @@ def _t3_overadmits(kwargs: Mapping[str, Any], message: str) -> bool:
 
     case = kwargs["case"]
     if _budget_read_once():  # to 0.5.10.post1: what the pass with raw fill lengths and the budget read once did
-        shown, expected = _pass_message(message), _expected_of(message)
-        if shown is None or not expected[0] or not _pass_shows(_oracle(case, budget_reread=False), *expected):
+        fields = _pass_fields(message)
+        if fields is None or not _pass_shows(_oracle(case, budget_reread=False), fields[0], fields[2]):
             return False
-        return _pass_shows(_defective_queue_pass(case, raw_fill=True), *shown)  # with T11 too: T11's
+        return _pass_shows(_defective_queue_pass(case, raw_fill=True), fields[0], fields[1])  # with T11 too: T11's
     want = _oracle(case)
     message = _own_message(message)
     q2 = re.match(r"admitted ([#\d, ]+|none), expected ([#\d, ]+|none) \(", message)
@@ -457,13 +457,23 @@ _T11_FIELDS = {
 }
 
 
-def _pass_message(message: str) -> tuple[str, list[int]] | None:
-    """A pass-level queue message (``<what> <got>, expected <want>``, Q1, Q2, Q3 or Q5) as the pass field it names and
-    the requests the release gave there; None for any other message."""
+def _pass_fields(message: str) -> tuple[str, list[int], list[int]] | None:
+    """A pass-level queue message (``<what> <got>, expected <want>``, Q1, Q2, Q3 or Q5) as the pass field it names,
+    the requests the release gave there and those the oracle expected; None for any other message."""
     m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
     if m is None or m.group(1) not in _T11_FIELDS:
         return None
-    return _T11_FIELDS[m.group(1)], [] if m.group(2) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(2))]
+
+    def names(text: str) -> list[int]:
+        return [] if text == "none" else [int(n) for n in re.findall(r"#(\d+)", text)]
+
+    return _T11_FIELDS[m.group(1)], names(m.group(2)), names(m.group(3))
+
+
+def _pass_message(message: str) -> tuple[str, list[int]] | None:
+    """A pass-level queue message as the pass field it names and the requests the release gave there."""
+    fields = _pass_fields(message)
+    return None if fields is None else (fields[0], fields[1])
 
 
 def _budget_read_once() -> bool:
@@ -483,15 +493,6 @@ def _oracle(case: Any, *, budget_reread: bool | None = None) -> Any:
     return expected_pass(case, budget_reread=reread, swa_headroom_always=_release_before("0.5.14"))
 
 
-def _expected_of(message: str) -> tuple[str, list[int]]:
-    """A pass-level queue message's field and the requests the oracle expected there (``_pass_message``'s other
-    side); ``("", [])`` for any other message."""
-    m = re.match(r"([a-z ]+?) ([#\d, ]+|none),? expected ([#\d, ]+|none)\b", _own_message(message))
-    if m is None or m.group(1) not in _T11_FIELDS:
-        return "", []
-    return _T11_FIELDS[m.group(1)], [] if m.group(3) == "none" else [int(n) for n in re.findall(r"#(\d+)", m.group(3))]
-
-
 def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) when what the pass did is exactly what it does
     without the LoRA gate: every request the limit should have passed over was taken as if its adapter fit."""
@@ -502,10 +503,9 @@ def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return False
     case = kwargs["case"]
     field, got = shown
-    # every release with T11 has T3 too: a pass can show both; to 0.5.10.post1 the budget is read once
-    once = _budget_read_once()
+    # every release with T11 has T3 too: a pass can show both (both under the release's budget rule)
     passes = (
-        _oracle(replace(case, max_loras=None), budget_reread=not once),
+        _oracle(replace(case, max_loras=None)),
         _defective_queue_pass(case, lora_gate=False, raw_fill=True),
     )
     return any(_pass_shows(p, field, got) for p in passes)
@@ -577,23 +577,29 @@ def _defective_queue_pass(
         def budget(self) -> int:
             return self.case.token_budget - self.charged if read_once else super().budget()
 
-        def allocate(self, i: int) -> tuple[int, list[int]]:
+        def raw(self, i: int) -> bool:
+            """Whether request ``i`` is charged its raw fill length (T3: the path without the radix cache)."""
+            req = self.case.requests[i]
+            return raw_fill and not (self.case.radix and not req.rebootstrap)
+
+        def charge(self, i: int) -> int:
+            """What admission charges request ``i``: its fresh tokens (raw, or in whole pages) and its headroom."""
             req, ps = self.case.requests[i], self.case.page_size
-            raw = raw_fill and not (self.case.radix and not req.rebootstrap)
-            tokens = req.fill_len if raw else -(-req.fill_len // ps) * ps - self.prefix(i)
-            self.charged += tokens + self.case.reserved_decode_tokens
+            fresh = req.fill_len if self.raw(i) else -(-req.fill_len // ps) * ps - self.prefix(i)
+            return fresh + self.case.reserved_decode_tokens
+
+        def allocate(self, i: int) -> tuple[int, list[int]]:
+            self.charged += self.charge(i)
             return super().allocate(i)
 
         def lora_fits(self, req: Any) -> bool:
             return lora_gate is False or super().lora_fits(req)
 
         def required_tokens(self, i: int) -> int:
-            req, ps = self.case.requests[i], self.case.page_size
-            raw = raw_fill and not (self.case.radix and not req.rebootstrap)
+            req = self.case.requests[i]
             if not retract_check:
-                fresh = req.fill_len if raw else -(-req.fill_len // ps) * ps - self.prefix(i)
-                return fresh + self.case.reserved_decode_tokens
-            if not raw:
+                return self.charge(i)
+            if not self.raw(i):
                 return super().required_tokens(i)
             room = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS) - self.case.retractable_tokens
             return max(req.fill_len + self.case.reserved_decode_tokens, req.prefill_len + room)
@@ -707,9 +713,8 @@ def _t17_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     if shown is None:
         return False
     arrival = replace(kwargs["case"], priority_order=None)
-    once = _budget_read_once()
     passes = (
-        _oracle(arrival, budget_reread=not once),
+        _oracle(arrival),
         _defective_queue_pass(arrival, raw_fill=True),
         _defective_queue_pass(arrival, lora_gate=False),
         _defective_queue_pass(arrival, lora_gate=False, raw_fill=True),
@@ -752,16 +757,16 @@ def _queue_defect_explains(kwargs: Mapping[str, Any], message: str, fixed_by: st
     form has (raw fill lengths: T3; no LoRA gate: T11; the budget read once; no abort scan to 0.4.6.post4; no
     retractable-token check to 0.4.7) - and not as the same pass makes it with ``fixed_by`` (``abort_scan``,
     ``retract_check``) fixed: the failure is that defect's."""
-
-    shown, expected = _pass_message(message), _expected_of(message)
+    fields = _pass_fields(message)
     case = kwargs["case"]
-    if shown is None or not expected[0]:
+    if fields is None:
         return False
-    if not _pass_shows(_oracle(case), *expected):
+    field, got, expected = fields
+    if not _pass_shows(_oracle(case), field, expected):
         return False  # not the failure of this pass against the oracle
     present = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: False})
     fixed = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: True})
-    return _pass_shows(present, *shown) and not _pass_shows(fixed, *shown)
+    return _pass_shows(present, field, got) and not _pass_shows(fixed, field, got)
 
 
 def _t18_shows(kwargs: Mapping[str, Any]) -> bool:

@@ -469,14 +469,14 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     )
 
 
-def _request_rows(decode: Any, width: int) -> Any:
-    """Decode's request-to-token pool of four rows of ``width`` slots: ``DecodeReqToTokenPool`` (two rows and two
-    pre-allocation rows) from 0.4.7, the plain ``ReqToTokenPool`` decode used before."""
+def _request_rows(decode: Any, width: int, rows: int = 2, pre_alloc: int = 2) -> Any:
+    """Decode's request-to-token pool of ``rows`` free rows and ``pre_alloc`` pre-allocation rows of ``width`` slots:
+    ``DecodeReqToTokenPool`` from 0.4.7 (#6980), the plain ``ReqToTokenPool`` decode used before (all its rows free)."""
     if hasattr(decode, "DecodeReqToTokenPool"):
-        return decode.DecodeReqToTokenPool(2, width, "cpu", False, 2)
+        return decode.DecodeReqToTokenPool(rows, width, "cpu", False, pre_alloc)
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
-    return ReqToTokenPool(4, width, "cpu", False)
+    return ReqToTokenPool(rows + pre_alloc, width, "cpu", False)
 
 
 STATE_TYPE_NAMES = {"DSV4_REQUEST_STATE": "C128_STATE", "DSA": "NSA"}
@@ -568,16 +568,6 @@ def _staging(ps: int, events: list[tuple[str, int]]) -> Any:  # pragma: no cover
     return Recorded(None, None, buffers, decode_tp=1, total_kv_heads=1, tp_rank=0, scheduler=None)
 
 
-def _queue_rows(decode: Any, rows: int, width: int) -> Any:  # pragma: no cover - conformance venv
-    """Decode's request-to-token pool with ``rows`` free rows of ``width`` slots: ``DecodeReqToTokenPool`` (no
-    pre-allocation rows) from 0.4.7 (#6980), the plain ``ReqToTokenPool`` decode used before."""
-    if hasattr(decode, "DecodeReqToTokenPool"):
-        return decode.DecodeReqToTokenPool(rows, width, "cpu", False, 0)
-    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-
-    return ReqToTokenPool(rows, width, "cpu", False)
-
-
 def _lora_manager() -> Any:  # pragma: no cover - conformance venv
     """SGLang's ``LoRAManager``, its module imported after the quantization package as the server does: imported first,
     0.5.5-0.5.6.post2's ``layers.linear`` and ``layers.quantization`` import each other half-initialised."""
@@ -618,7 +608,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     swa_start = swa_available()
     swa_headroom = case.reserved_decode_tokens if case.radix else 0  # none with disable_radix_cache
     width = max(r.fill_len for r in case.requests) + ps
-    req_pool = _queue_rows(decode, case.request_rows, width)
+    req_pool = _request_rows(decode, width, case.request_rows, pre_alloc=0)
     streamed: list[Any] = []
     cleared: list[str] = []
     sent: dict[str, tuple[Any, ...]] = {}
@@ -827,10 +817,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     ):
         popped = q.pop_preallocated(rids_to_check=checked) if restricted else q.pop_preallocated()
     if isinstance(popped, tuple):
-        done, failed = popped
+        done, failed_rids = popped[0], [d.req.rid for d in popped[1]]
     else:
         left = {d.req.rid for d in q.queue} | {d.req.rid for d in popped}
-        done, failed = popped, [SimpleNamespace(req=SimpleNamespace(rid=rid)) for rid in queued if rid not in left]
+        done, failed_rids = popped, [rid for rid in queued if rid not in left]
 
     def index(rid: str) -> int:
         return int(rid[1:])
@@ -853,7 +843,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         )
     return queue_trace(
         admissions,
-        failed=tuple(index(d.req.rid) for d in failed),
+        failed=tuple(index(rid) for rid in failed_rids),
         remaining=tuple(index(d.req.rid) for d in q.queue),
         streamed=tuple(index(rid) for rid in streamed),
         cleared=tuple(index(rid) for rid in cleared),
