@@ -263,9 +263,52 @@ def _t9_exchange(pair: Any) -> Any:
 
 def _t9_shows(kwargs: Mapping[str, Any]) -> bool:
     """A chunked prompt (more than one chunk) at a page size above 1: with one chunk, or pages of one token, token
-    and page offsets agree."""
+    and page offsets agree. On the prefill exchange (S10-S12, X1): a send whose token slice is not its page slice."""
+    case = _t9_case(kwargs)
+    if case is not None:
+        return any(
+            (t.start, t.stop) != (t.start // case.page_size, t.start // case.page_size + len(t.pages))
+            for t in _t9_transfers(case)
+        )
     pair = kwargs.get("pair")
     return pair is not None and pair.page_size > 1 and len(pair.chunk_ends) > 1
+
+
+def _t9_case(kwargs: Mapping[str, Any]) -> PrefillCase | None:
+    """The prefill exchange's case in S10-S12's (``case``) or X1's (``pair``: prefill's side first) arguments."""
+    case = kwargs.get("case")
+    pair = kwargs.get("pair")
+    if isinstance(pair, tuple) and pair and isinstance(pair[0], PrefillCase):
+        case = pair[0]
+    return case if isinstance(case, PrefillCase) else None
+
+
+def _t9_transfers(case: PrefillCase) -> list[Any]:
+    """The transfers 0.4.5.post2's ``send_kv_chunk`` (prefill.py:284-310) makes for ``case`` (no decode prefix, no
+    state): each chunk ``[start, end)`` as it ends, its pages strided from the chunk's own start, with the token slice
+    as its destination; aux on the last."""
+    from pdverify.model.exchange import Transfer
+
+    ps, start, out = case.page_size, 0, []
+    for k, end in enumerate(case.chunk_ends):
+        last = k == len(case.chunk_ends) - 1
+        pages = tuple(loc // ps for loc in case.row[start:end][::ps])
+        out.append(Transfer(pages, "int32", start, end, last, case.aux_index if last else None, None, end - start))
+        start = end
+    return out
+
+
+def _t9_exchange_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S10-S12: the message shows exactly 0.4.5.post2's transfers (``_t9_transfers``); X1: prefill's sends land on
+    positions past decode's destination list, as token slices do."""
+    from pdverify.properties.test_prefill_exchange import _show
+
+    case = _t9_case(kwargs)
+    if case is None or not _t9_shows(kwargs):
+        return False
+    if "pair" in kwargs:
+        return message.startswith("prefill's sends land on ")
+    return message.rstrip().endswith(_show(_t9_transfers(case))) or f": {_show(_t9_transfers(case))}" in message
 
 
 def _t9_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -282,6 +325,13 @@ def _t9_explains(kwargs: Mapping[str, Any], message: str) -> bool:
             if _own_message(str(exc)) == _own_message(message):
                 return True
     return False
+
+
+def _t9_explains_also(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P11 and P12 as P10 (``_t9_explains``); the prefill exchange's S10-S12 and X1 by its own model."""
+    if _t9_case(kwargs) is not None:
+        return _t9_exchange_explains(kwargs, message)
+    return _t9_explains(kwargs, message)
 
 
 def _own_message(text: str) -> str:
@@ -834,6 +884,54 @@ def _t13_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return rank != case.bootstrap_room % ranks and message.startswith("statuses ") and "must not fail" in message
 
 
+def _s17_split(kwargs: Mapping[str, Any]) -> tuple[Any, str, int] | None:
+    """S17's drawn case and rank split, as the property takes them."""
+    case, split = kwargs.get("case"), kwargs.get("split")
+    if not isinstance(case, PrefillCase) or split is None:
+        return None
+    return case, split[0], split[1]
+
+
+def _scattered(case: PrefillCase) -> bool:
+    """Whether the request's pages after ``D`` are not one ascending run of page ids: the layout on which a filter by
+    global page id (which assumes ``[first_page, first_page + total_pages)``) and one by position disagree."""
+    from pdverify.oracle.prefill_exchange import main_pages
+
+    pages = main_pages(case)
+    return pages != list(range(pages[0], pages[0] + len(pages))) if pages else False
+
+
+def _t20_shows(kwargs: Mapping[str, Any]) -> bool:
+    """All CP ranks sharing the transfer of a request whose pages are scattered (the pool's usual state)."""
+    got = _s17_split(kwargs)
+    return got is not None and got[1] == "cp_all" and _scattered(got[0])
+
+
+_T20_MESSAGES = ("rank ", "position ", "positions sent ", "CP shares out of rank order")
+
+
+def _t20_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S17's partition messages (a rank's share not contiguous, a position sent twice or never, shares out of order)
+    for all CP ranks over scattered pages: each rank keeps the pages whose *ids* fall in its share of
+    ``[first page id, first + total)``, so on scattered pages the shares overlap and leave gaps."""
+    return _t20_shows(kwargs) and message.startswith(_T20_MESSAGES) and "belongs to rank" not in message
+
+
+def _t21_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S19 with the load balancer following the bootstrap room and an unplaced request on a rank other than room %
+    DP (a request routed to a DP rank, ``routed_dp_rank``)."""
+    case = _s19_case(kwargs)
+    if case is None:
+        return False
+    ranks, rank, method, placed = case.attention_dp
+    return method == "follow_room" and not placed and rank != case.bootstrap_room % ranks
+
+
+def _t21_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S19's 'must fail' message where the sender lets such a request through (no follow-room conflict check)."""
+    return _t21_shows(kwargs) and message.startswith("statuses ") and "must fail" in message
+
+
 QUEUE_READ_ONCE = ("0.4.7.post1", "0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3",
                    "0.4.9.post4", "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.1",
                    "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2", "0.5.3", "0.5.3.post1", "0.5.3.post2",
@@ -1009,12 +1107,47 @@ KNOWN: dict[str, KnownDefect] = {
             "T13",
             "S19",
             "sglang",
-            ("0.5.15", "0.5.15.post1"),
+            (
+                "0.5.10",
+                "0.5.10.post1",
+                "0.5.11",
+                "0.5.12",
+                "0.5.12.post1",
+                "0.5.13",
+                "0.5.13.post1",
+                "0.5.14",
+                "0.5.15",
+                "0.5.15.post1",
+            ),
             "a request the router placed on a prefill DP rank (disagg_prefill_dp_rank) is handled as an unplaced one: "
-            "when the load balancer follows the bootstrap room, prefill aborts it unless its rank is room % DP; in "
+            "when the load balancer follows the bootstrap room, prefill aborts it unless its rank is room % DP (from "
+            "0.5.11, #22901); in "
             "query mode it registers its rank, which decode never asks for (fixed in 0.5.16, upstream #27546)",
             _t13_shows,
             _t13_explains,
+        ),
+        KnownDefect(
+            "T20",
+            "S17",
+            "sglang",
+            ("0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1"),
+            "with all attention-CP ranks sharing the transfer (SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER), each rank "
+            "keeps the pages whose ids fall in its share of [first page id, first + pages of the send): on a request's "
+            "scattered pages the ranks' shares overlap and leave gaps - decode's pages for the gaps never receive KV "
+            "(fixed in 0.5.14, upstream #28718)",
+            _t20_shows,
+            _t20_explains,
+        ),
+        KnownDefect(
+            "T21",
+            "S19",
+            "sglang",
+            ("0.5.10", "0.5.10.post1"),
+            "with attention DP and --load-balance-method follow_bootstrap_room, a request routed to a prefill DP rank "
+            "other than bootstrap_room % DP is neither failed nor registered, while decode takes room % DP as its "
+            "prefill rank (fixed in 0.5.11, upstream #22901)",
+            _t21_shows,
+            _t21_explains,
         ),
         KnownDefect(
             "T12",
@@ -1036,7 +1169,8 @@ KNOWN: dict[str, KnownDefect] = {
             "list and does not defer a non-last chunk's partial page (fixed in 0.4.5.post3, upstream #5589)",
             _t9_shows,
             _t9_explains,
-            also=("P11", "P12"),
+            also=("P11", "P12", "S10", "S11", "S12", "X1"),
+            explains_also=_t9_explains_also,
         ),
         KnownDefect(
             "T5",
@@ -1049,8 +1183,8 @@ KNOWN: dict[str, KnownDefect] = {
             _t5_explains,
             also=("P18", "P18p", "D1"),
             # decode's pre-allocation reaches 0.5.11, the first release with a decode prefix (DSA as the NSA pool's
-            # payload there, the NSA state type in 0.5.12); the prefill exchange is driven from 0.5.15
-            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.15") :]) for p in ("P16", "P18", "P18p")),
+            # payload there); the prefill exchange's state lists from 0.5.12 (the NSA state type, #24932)
+            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.12") :]) for p in ("P16", "P18", "P18p")),
         ),
         KnownDefect(
             "T6",

@@ -75,11 +75,12 @@ def draw_prefill_case(
     c: Choices, *, max_length: int, max_chunks: int, max_page_size: int, early_send: bool = False
 ) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
-    ps = pick_page_size(c, page_size_list(max_page_size))
+    # pages came with #5561 (0.4.5.post2), decode-side prefixes in 0.5.11: an earlier release sees neither
+    ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
     # a prompt of at least one token: SGLang refuses empty input_ids (``GenerateReqInput``: "input_ids cannot be
     # empty", and the scheduler rejects a session request still empty after reconstruction)
     n = boundary_length(c, min(1, max_length), max_length, ps)
-    d = boundary_prefix(c, n, ps)
+    d = boundary_prefix(c, n, ps) if DOMAIN.decode_prefix else 0
     return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send)
 
 
@@ -99,9 +100,11 @@ def draw_prefill_sends(
     count = pages_needed(n, ps)
     pages = distinct_sample(c, 1, count + 64, count)
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
-    # each lean its own mode; DCP's pack limit on a send came in 0.5.21
-    mode = c.pick([m for m in MODES if m != "dcp" or DOMAIN.has("dcp_pack_limit")], lean=c.leaning - 1)
-    early = _early_prefix(c, n, d, ps, ships=early_send)
+    # each lean its own mode; DCP's pack limit on a send came in 0.5.21, the staging buffer in 0.5.10
+    modes = [m for m in MODES if m != "dcp" or DOMAIN.has("dcp_pack_limit")]
+    mode = c.pick([m for m in modes if m != "staging" or DOMAIN.has("staging_buffer")], lean=c.leaning - 1)
+    # drawn, then dropped where the release has no early send (#29316, 0.5.15): later draws keep their meaning
+    early = _early_prefix(c, n, d, ps, ships=early_send) if DOMAIN.has("early_send") else None
     window = shared.window if shared else c.integer(1, 40)
     case = PrefillCase(
         page_size=ps,
@@ -116,7 +119,8 @@ def draw_prefill_sends(
         early_prefix=early,
         # unified-memory pools (translated int64 ids) came in 0.5.18
         translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
-        state_types=shared.state_types if shared else tuple(c.switches(_state_types(d), lean=True)),
+        # prefill's side is driven with the per-type state lists (#24932, 0.5.12): none drawn before them
+        state_types=shared.state_types if shared else tuple(c.switches(_prefill_state_types(d), lean=True)),
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
         window=window,
@@ -139,6 +143,12 @@ def _state_types(d: int) -> list[str]:
     (``d > 0``) on a release whose server refuses the decode radix cache for hybrid SWA models (before 0.5.19)."""
     refused = d > 0 and not DOMAIN.has("swa_decode_prefix")
     return [k for k in DOMAIN.state_types(STATE_TYPES) if not (refused and k in SWA_WINDOW_TYPES)]
+
+
+def _prefill_state_types(d: int) -> list[str]:
+    """``_state_types`` for prefill's side: none before the per-type state lists (``state_lists``, #24932, 0.5.12),
+    the form the prefill exchange is driven in."""
+    return _state_types(d) if DOMAIN.has("state_lists") else []
 
 
 def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:
@@ -171,6 +181,8 @@ def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
 def _rank_splits(draw: st.DrawFn, *, max_ranks: int) -> tuple[str, int]:
     # KV cache sharding came in 0.5.22 (#30501): an earlier release is never given it
     modes = [m for m in RANK_SPLITS if m != "kv_shard" or DOMAIN.has("kv_cache_sharding")]
+    # attention CP's rank splits (a dummy CP rank, all CP ranks sharing the transfer) came in 0.5.10 (#19504, #19765)
+    modes = [m for m in modes if m == "kv_shard" or DOMAIN.has("attention_cp")] or modes
     return draw(st.sampled_from(modes)), draw(st.integers(2, max_ranks))
 
 
@@ -324,7 +336,7 @@ def _bootstrap_settings(draw: st.DrawFn, *, max_dp_ranks: int) -> dict[str, obje
     room = c.integer(0, 64) if not c.boolean() else c.integer(2**31, 2**40)
     deferred = c.pick(DEFERRED_ROOMS) if c.boolean() and DOMAIN.has("deferred_allocation") else None
     dp = None
-    if c.boolean():
+    if c.boolean() and DOMAIN.has("dp_rank_query"):  # prefill's DP rank registration came in 0.5.10 (#19168)
         ranks = c.integer(2, max_dp_ranks)
         dp = (ranks, c.integer(0, ranks - 1), c.pick(DP_BALANCE), c.boolean())
     return {

@@ -304,6 +304,57 @@ def test_t13_is_a_placed_request_handled_as_unplaced() -> None:
     )
 
 
+def test_t20_is_an_all_cp_split_by_page_id() -> None:
+    """T20 (0.5.10-0.5.13.post1) shows only where all CP ranks share the transfer of scattered pages, and explains
+    S17's partition messages only there: on one ascending run of page ids a split by id is a split by position."""
+    t20 = KNOWN["T20"]
+    row = tuple(p * 4 + o for p in (5, 6, 2, 9, 3, 8) for o in range(4))[:23]
+    scattered = {"case": PrefillCase(4, 23, 4, row, (23,)), "split": ("cp_all", 2)}
+    assert t20.shows(scattered)
+    message = "rank 0's share is not contiguous: rank 0 of 2 (cp_all): [8] -> dst[0:1]; [11] -> dst[2:3] last aux=0"
+    assert t20.explains(scattered, message)
+    assert t20.explains(scattered, "positions sent [0, 1, 2, 3], expected every one of [0, 5) (pages [6, 2, 9, 3, 8])")
+    assert not t20.explains(scattered, "last flags at transfers [], expected only the final: rank 0 of 2 (cp_all)")
+    run = {"case": PrefillCase(4, 23, 4, tuple(range(40, 63)), (23,)), "split": ("cp_all", 2)}
+    assert not t20.shows(run) and not t20.explains(run, message), "ascending contiguous pages: another defect"
+    assert not t20.explains({**scattered, "split": ("cp_rank0", 2)}, message), "a dummy CP rank is another split"
+    assert not t20.explains({**scattered, "split": ("kv_shard", 2)}, "page 9 belongs to rank 1: rank 0 of 2")
+
+
+def test_t21_is_a_follow_room_request_on_another_rank_let_through() -> None:
+    """T21 (0.5.10) explains S19's 'must fail' only for an unplaced request following the room on a rank other than
+    room % DP; a placed one is T13's, an aligned one another defect."""
+    t21 = KNOWN["T21"]
+    case = PrefillCase(4, 10, 4, tuple(range(40, 50)), (10,))
+    off = {"case": case, "settings": {"attention_dp": (3, 0, "follow_room", False), "bootstrap_room": 2464085545}}
+    message = "statuses ['Bootstrapping']: the request must fail (attention DP (3, 0, 'follow_room', False), ...)"
+    assert t21.shows(off) and t21.explains(off, message)
+    aligned = {"case": case, "settings": {"attention_dp": (3, 1, "follow_room", False), "bootstrap_room": 2464085545}}
+    assert not t21.explains(aligned, message)
+    placed = {"case": case, "settings": {"attention_dp": (3, 0, "follow_room", True), "bootstrap_room": 2464085545}}
+    assert not t21.explains(placed, message)
+    assert not t21.explains(off, "registered [(2464085545, 0)], expected [] (...)")
+
+
+def test_t9_on_the_prefill_exchange_is_its_token_slices() -> None:
+    """T9 (0.4.5.post2) on the prefill exchange explains S10-S12 only where the message shows exactly the transfers
+    0.4.5.post2's send_kv_chunk makes (token slices, the mid-page page sent again), and X1's landing past decode's
+    list only where a send's token slice is not its page slice."""
+    t9 = KNOWN["T9"]
+    case = PrefillCase(2, 2, 0, (2, 3), (1, 2), aux_index=0)
+    shown = "[1] -> dst[0:1]; [1] -> dst[1:2] last aux=0"
+    explain = t9.explanation("S10")
+    assert explain({"case": case}, f"sent [1, 1], expected [1]: {shown}")
+    assert t9.explanation("S12")(
+        {"case": case}, f"a non-final send ends at token 1, not on an allowed boundary: {shown}"
+    )
+    assert not explain({"case": case}, "sent [1, 1], expected [1]: [1] -> dst[0:1]; [1] -> dst[0:1] last aux=0")
+    assert not t9.shows({"case": PrefillCase(1, 2, 0, (2, 3), (1, 2))}), "page size 1: token and page slices agree"
+    x1 = t9.explanation("X1")
+    assert x1({"pair": (case, None)}, "prefill's sends land on [0, 1] of 1 destinations")
+    assert not x1({"pair": (PrefillCase(1, 2, 0, (2, 3), (1, 2)), None)}, "prefill's sends land on [0, 1] of 1 ...")
+
+
 def test_t14_is_a_raw_swa_tail_charge() -> None:
     """T14 (0.5.17) shows only on a paged hybrid SWA pool with a tail that ends inside a page, and explains a queue
     property's failure only as the pass with raw SWA charges makes it: its 'KV cache is full' where that pass runs out

@@ -170,6 +170,24 @@ class PrefillCase:
             used.append("kv_cache_sharding")
         if self.kv_checksum:
             used.append("kv_checksum")
+        if self.attention_dp is not None:
+            used.append("dp_rank_query")
+        if self.early_prefix is not None:
+            used.append("early_send")
+        if self.held_buffer:  # a request that already holds a metadata buffer: optimistic prefill's retry (#26780)
+            used.append("optimistic_prefill")
+        if self.decode_prefix:
+            used.append("decode_prefixes")
+        if self.page_size > 1:
+            used.append("paged_transfer")
+        if self.chunked_prefill_size is not None:
+            used.append("staging_buffer")
+        if self.state_types:
+            # state payloads came in 0.5.3.post3, one per request in the pool's type; this unit's driver is written
+            # for the per-type lists (#24932, 0.5.12), which the state properties read
+            used.extend(("state_payloads", "state_lists"))
+        if self.rank_split is not None and self.rank_split[0] != "kv_shard":
+            used.append("attention_cp")
         if self.dcp_max_tokens is not None:
             used.append("dcp_pack_limit")
         if self.translation is not None:

@@ -202,6 +202,25 @@ FROM_RIDS_TO_CHECK = Contract(
 FROM_PRIORITY_SCHEDULING = Contract(
     "priority scheduling (--enable-priority-scheduling, #8746), first in sglang 0.5.3", "0.5.3"
 )
+FROM_DP_RANK_QUERY = Contract(
+    "prefill registers each request's attention-DP rank with the bootstrap server for decode to query "
+    "(#19168, load balancing other than following the bootstrap room), first in sglang 0.5.10",
+    "0.5.10",
+)
+FROM_ATTENTION_CP = Contract(
+    "PD with attention context parallel: a dummy CP rank sends nothing (#19504), all CP ranks may share the transfer "
+    "(#19765), first in sglang 0.5.10",
+    "0.5.10",
+)
+FROM_OPTIMISTIC_PREFILL = Contract(
+    "optimistic prefill: a request retried before its bootstrap completes keeps the metadata buffer it holds "
+    "(#26780), first in sglang 0.5.13",
+    "0.5.13",
+)
+FROM_EARLY_SEND = Contract(
+    "the early cached-prefix send (SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX, #29316), first in sglang 0.5.15",
+    "0.5.15",
+)
 FROM_STAGING_BUFFER = Contract(
     "decode's GPU staging buffer for heterogeneous-TP transfers (SGLANG_DISAGG_STAGING_BUFFER, #19890), first in "
     "sglang 0.5.10",
@@ -259,6 +278,10 @@ FEATURES: dict[str, Contract] = {
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
     "staging_buffer": FROM_STAGING_BUFFER,
+    "dp_rank_query": FROM_DP_RANK_QUERY,
+    "attention_cp": FROM_ATTENTION_CP,
+    "early_send": FROM_EARLY_SEND,
+    "optimistic_prefill": FROM_OPTIMISTIC_PREFILL,
 }
 """Input feature -> the first release that has it."""
 

@@ -21,7 +21,8 @@ from pdverify.model.exchange import (
     WireMessage,
     state_list_start,
 )
-from pdverify.properties.registry import note_event, prop, within_release
+from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
+from pdverify.properties.releases import DOMAIN, FROM_MOONCAKE_DECODE_PREFIX, FROM_STATE_LISTS
 from pdverify.strategies import pd_exchanges
 from pdverify.targets import Target
 
@@ -33,6 +34,7 @@ NEEDS = ("prefill_exchange", "decode_prealloc")
     "each page-strided state list pairs up across prefill and decode: equal length, the same logical page at "
     "each position; decode's main list matches the sender's page count from D",
     needs=NEEDS,
+    contract=FROM_STATE_LISTS,
     pair=pd_exchanges(),
 )
 def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[PrefillCase, DecodeCase]) -> None:
@@ -80,15 +82,27 @@ def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[Prefi
     "parsed prefix, its sends land on the parsed destination list once each and in order, each destination is "
     "decode's page for the logical page prefill sends there, and its final state lists pair up with the parsed ones",
     needs=("decode_prealloc", "wire_roundtrip", "prefill_exchange"),
+    clauses=(
+        Clause("exchange", title="pages and aux index through the wire; prefill's sends land on them"),
+        Clause("decode_prefix", FROM_MOONCAKE_DECODE_PREFIX, "the decode prefix through the wire, prefill from it"),
+        Clause("state_lists", FROM_STATE_LISTS, "prefill's final state lists pair up with the parsed ones"),
+    ),
     pair=pd_exchanges(),
 )
 def test_x1_exchange_through_the_wire(target: Target, device: str, pair: tuple[PrefillCase, DecodeCase]) -> None:
     pre, dec = pair
     within_release(dec, pre)
+    # before #24257 (0.5.12) the wire driven here (Mooncake's) carries no decode prefix: 0.5.11's server sends a
+    # request with one over NIXL's
+    within_domain(applies("decode_prefix") or not dec.decode_prefix, "a decode prefix over Mooncake's wire")
     got: DecodeTrace = target.require("decode_prealloc")(dec, device)
     announced = got.decode_prefix_len if isinstance(got.decode_prefix_len, int) else 0
     msg: WireMessage = target.require("wire_roundtrip")(
-        np.asarray(got.pages, dtype=np.int32), got.aux_index, [list(s) for s in got.state], announced
+        # in the dtype the release's decode puts on the wire (int32 from #7214, int64 before)
+        np.asarray(got.pages, dtype=DOMAIN.wire_page_dtype),
+        got.aux_index,
+        [list(s) for s in got.state],
+        announced,
     )
     assert (list(msg.pages), msg.aux_index, msg.decode_prefix_len) == (list(got.pages), got.aux_index, announced), (
         f"decode sent pages {list(got.pages)}, aux {got.aux_index}, prefix {announced}; prefill read "
@@ -113,6 +127,10 @@ def test_x1_exchange_through_the_wire(target: Target, device: str, pair: tuple[P
                 f"destination {pos} is decode page {msg.pages[pos]}, not decode's logical page {logical}"
             )
             assert page == prefill_page(logical), f"prefill sends page {page} to destination {pos} (logical {logical})"
+    if d:
+        note_event("a decode prefix through the wire")
+    if not applies("state_lists"):  # one state payload, or none, before the per-type lists (#24932, 0.5.12)
+        return
     final = sent.transfers[-1].state if sent.transfers else None
     assert final is not None and len(final) == len(msg.state) == len(dec.state_types), (
         f"prefill's final state {final}, parsed {list(msg.state)}, for {dec.state_types}"
@@ -121,5 +139,3 @@ def test_x1_exchange_through_the_wire(target: Target, device: str, pair: tuple[P
         assert len(p_list) == len(d_list), (
             f"{kind}: prefill sends {len(p_list)} entries, decode registered {len(d_list)}"
         )
-    if d:
-        note_event("a decode prefix through the wire")

@@ -21,7 +21,13 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer, WireMes
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
-from pdverify.properties.releases import DOMAIN, FROM_MOONCAKE_DECODE_PREFIX, FROM_STAGING_GRID, FROM_STATE_LISTS
+from pdverify.properties.releases import (
+    DOMAIN,
+    FROM_ATTENTION_CP,
+    FROM_MOONCAKE_DECODE_PREFIX,
+    FROM_STAGING_GRID,
+    FROM_STATE_LISTS,
+)
 from pdverify.strategies import PDPair, pd_pairs, prefill_cases, rank_splits, state_lists
 from pdverify.targets import Target
 
@@ -185,6 +191,10 @@ def test_s12_boundaries(target: Target, device: str, case: PrefillCase) -> None:
     "exactly one transfer is flagged last, the final one, and only it carries aux and state "
     "(a zero-page last transfer included); the metadata buffer is set once",
     needs=NEEDS,
+    clauses=(
+        Clause("last_and_aux", title="one last transfer, the final one, the only one with aux; one metadata set"),
+        Clause("state", FROM_STATE_LISTS, "the final transfer, and only it, carries the state lists"),
+    ),
     case=prefill_cases(),
 )
 def test_s13_one_last(target: Target, device: str, case: PrefillCase) -> None:
@@ -194,8 +204,11 @@ def test_s13_one_last(target: Target, device: str, case: PrefillCase) -> None:
     assert last == [len(trace.transfers) - 1], f"last flags at {last}: {_show(trace.transfers)}"
     final = trace.transfers[-1]
     assert final.aux_index == case.aux_index, f"final transfer aux={final.aux_index}, expected {case.aux_index}"
-    assert final.state is not None, "the final transfer carries no state list"
-    early = [i for i, t in enumerate(trace.transfers[:-1]) if t.aux_index is not None or t.state is not None]
+    state = applies("state")  # the last send carries the per-type state lists, empty ones too, from #24932
+    assert final.state is not None or not state, "the final transfer carries no state list"
+    early = [
+        i for i, t in enumerate(trace.transfers[:-1]) if t.aux_index is not None or (state and t.state is not None)
+    ]
     assert not early, f"aux or state on a non-final transfer {early}: {_show(trace.transfers)}"
     assert trace.metadata_sets == 1, (
         f"the metadata buffer was set {trace.metadata_sets} times (once, by the last chunk)"
@@ -271,6 +284,7 @@ def _split_examples(fn: Any) -> Any:
     "rank order, a dummy CP rank nothing (it reports success at the last chunk); each sending rank flags exactly "
     "its final transfer last",
     needs=NEEDS,
+    contract=FROM_ATTENTION_CP,
     case=prefill_cases(),
     split=rank_splits(),
 )
@@ -348,6 +362,7 @@ def _state(target: Target, case: PrefillCase, device: str, kinds: tuple[str, ...
     "P15",
     "SWA / BLOCK_SCALE_SWA state: the pages of [floor(max(D, L - W) / ps) * ps, L), never before D",
     needs=NEEDS,
+    contract=FROM_STATE_LISTS,
     case=prefill_cases(),
 )
 def test_p15_swa_window(target: Target, device: str, case: PrefillCase) -> None:
@@ -360,6 +375,7 @@ def test_p15_swa_window(target: Target, device: str, case: PrefillCase) -> None:
     "P16",
     "DSA and MINIMAX_INDEX_K state: the suffix pages of [D, L), positionally paired with decode's",
     needs=NEEDS,
+    contract=FROM_STATE_LISTS,
     case=prefill_cases(),
 )
 def test_p16_suffix_state(target: Target, device: str, case: PrefillCase) -> None:
@@ -371,6 +387,7 @@ def test_p16_suffix_state(target: Target, device: str, case: PrefillCase) -> Non
     "P17",
     "QSA_COMPRESSED / MINIMAX_DENSE_KV / BLOCK_SCALE state: every page of [0, L), the prefix included",
     needs=NEEDS,
+    contract=FROM_STATE_LISTS,
     case=prefill_cases(),
 )
 def test_p17_full_state(target: Target, device: str, case: PrefillCase) -> None:
@@ -382,6 +399,7 @@ def test_p17_full_state(target: Target, device: str, case: PrefillCase) -> None:
     "P18",
     "every state list in the pool's order, one per state type (SWA ring rows, request row included)",
     needs=NEEDS,
+    contract=FROM_STATE_LISTS,
     case=prefill_cases(),
 )
 def test_p18_all_state(target: Target, device: str, case: PrefillCase) -> None:

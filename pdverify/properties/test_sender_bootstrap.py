@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.properties.registry import note_event, prop, within_release
-from pdverify.properties.releases import FROM_DEFERRED_ALLOCATION
+from pdverify.properties.releases import DOMAIN, FROM_DEFERRED_ALLOCATION, FROM_DP_RANK_QUERY, FROM_EARLY_SEND
 from pdverify.strategies import bootstrap_settings, prefill_cases
 from pdverify.targets import Target
 
@@ -92,6 +92,7 @@ def expected_registrations(case: PrefillCase) -> tuple[list[tuple[int, int]], bo
     "server exactly once; a placed one registers nothing; when the load balancer follows the bootstrap room nothing "
     "registers and a DP rank other than room % DP fails the request",
     needs=NEEDS,
+    contract=FROM_DP_RANK_QUERY,
     case=prefill_cases(),
     settings=bootstrap_settings(),
 )
@@ -148,6 +149,7 @@ def test_s20_tracing_is_transparent(
     "(the request still bootstrapping, a HiCache load-back pending) ships nothing early: the request's transfers "
     "are those it makes without an early send",
     needs=NEEDS,
+    contract=FROM_EARLY_SEND,
     case=prefill_cases(early_send=True),  # a hold matters only where an early send would ship
     hold=st.one_of(
         st.just({"early_send_env": False}),
@@ -179,7 +181,8 @@ def test_s21_early_send_held_back(target: Target, device: str, case: PrefillCase
     needs=NEEDS,
     case=prefill_cases(),
     waits=st.integers(0, 3),
-    held=st.booleans(),
+    # a request holding a buffer at bootstrap is optimistic prefill's retry (#26780, 0.5.13): drawn from then on
+    held=st.booleans().map(lambda held: held and DOMAIN.has("optimistic_prefill")),
 )
 def test_s22_bootstrap_waits_for_a_buffer(
     target: Target, device: str, case: PrefillCase, waits: int, held: bool
@@ -207,6 +210,7 @@ def test_s22_bootstrap_waits_for_a_buffer(
     "the early send ships only the device-resident prefix (prefix_len - host_hit_length): a HiCache host hit behind "
     "it, still loading back, changes nothing the request ships",
     needs=NEEDS,
+    contract=FROM_EARLY_SEND,
     case=prefill_cases(),
     hit=st.integers(1, 96),
 )

@@ -21,6 +21,7 @@ Mooncake's) needs CUDA for three calls: without CUDA, ``prefill.torch`` is ``Tor
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 from collections import deque
 from collections.abc import Iterator
@@ -116,9 +117,16 @@ class _Manager:
         self, room: int, kv_indices: Any, index_slice: slice, is_last_chunk: bool, *nixl: Any, **kw: Any
     ) -> list[Any]:
         """Records the transfer; returns its (no) transfer handles, which NIXL's sender keeps."""
-        if nixl:  # NIXL's manager takes (chunk_id, aux_index, state_indices) positionally
+        if nixl:  # NIXL's manager takes (chunk_id, aux_index, state_indices) positionally on every send, and
+            # transfers aux and state with the last chunk only (nixl/conn.py, 0.5.11: "Only the last chunk we need to
+            # send the aux data"): recorded as it transfers them
             _, aux, *state_lists = nixl
-            kw = {"aux_index": aux, "state_indices": state_lists[0] if state_lists else None, **kw}
+            state_list = state_lists[0] if state_lists else None
+            kw = {
+                "aux_index": aux if is_last_chunk else None,
+                "state_indices": state_list if is_last_chunk else None,
+                **kw,
+            }
         state = kw.get("state_indices")
         self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
         ranged = isinstance(index_slice, slice)  # a KV-sharded rank passes its owned positions instead
@@ -385,23 +393,27 @@ def _stage_metrics() -> Any:  # pragma: no cover - conformance venv
 def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformance venv
     """A request's chunk as 0.5.21 holds it (``Req.set_extend_range``: SGLang's own ``Range``); later releases read
     ``extend_end``, and have no ``Range`` to give."""
-    from sglang.srt.utils import common
-
+    try:
+        from sglang.srt.utils import common
+    except ImportError:  # to 0.5.1 utils is one module: no Range (the chunk's end is fill_ids)
+        return None
     extend_range = getattr(common, "Range", None)  # 0.5.21's: gone from 0.5.22
     return None if extend_range is None else extend_range(start, end)
 
 
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation import prefill
-    from sglang.srt.disaggregation.base.conn import StateType
-    from sglang.srt.disaggregation.common.conn import CommonKVManager
 
     room = case.bootstrap_room
-    manager = _Manager(case, room, _prepare_state(CommonKVManager))
-    manager.kv_args.state_types = [StateType[k] for k in case.state_types]  # as the pool registers them
+    manager_class = _common_manager()
+    manager = _Manager(case, room, _prepare_state(manager_class) if manager_class is not None else None)
+    state_types = _state_types(case.state_types)
+    manager.kv_args.state_types = state_types  # as the pool registers them
     registrations: list[tuple[int, int]] = []
     with _bootstrap_world(case, manager, room, registrations) as bootstrap:
-        sender = _common_sender(manager, room, case, bootstrap=bootstrap)
+        # a decode prefix reaches NIXL's sender on 0.5.11 (the backend its server requires for one)
+        nixl = prefix_sender_is_nixl(case.decode_prefix, release_with_prefix("prefill_exchange", case.decode_prefix))
+        sender = _common_sender(manager, room, case, nixl=nixl, bootstrap=bootstrap)
     from sglang.srt.disaggregation.base.conn import KVPoll
 
     manager.defer_decode_allocation = manager.deferred_bootstrap is not None
@@ -420,7 +432,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         case.page_size,
         translate=translate,
         staging=case.chunked_prefill_size is not None,
-        state_types=[StateType[k] for k in case.state_types],
+        state_types=state_types,
         window=case.window,
         ring_size=case.ring_size,
         set_buf=set_buf,
@@ -430,9 +442,17 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
 
     dropped: list[str] = []
     sched.handle_bootstrap_failure = lambda r: dropped.append(r.rid)  # the scheduler's abort of a failed request
+    # to 0.5.x the queue aborts a failed request itself (prepare_abort) and streams it out: the drop is the stream
+    sched.stream_output = lambda reqs, *args, **kw: dropped.extend(r.rid for r in reqs)
     sched.processed_tokens_counter = 0
+    sched.enable_metrics = False  # read where a failed bootstrap is counted (0.5.12)
+    sched.enable_hicache_storage = False  # read where a failed bootstrap releases its prefetch (0.5.11, 0.5.12)
     sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
     sched.tree_cache = None
+    # to 0.4.6.post4 the last chunk's output token goes to the metadata buffer through the bootstrap queue (counted
+    # as the metadata set, as later releases' set_buf), whose name is disagg_prefill_pending_queue to 0.4.5.post3
+    sched.disagg_prefill_bootstrap_queue.store_prefill_results = lambda index, token: set_buf.append("token")
+    sched.disagg_prefill_pending_queue = sched.disagg_prefill_bootstrap_queue
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
@@ -441,14 +461,14 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
+            self.gloo_group, self.tp_rank = None, 0  # to 0.5.9: the poll's all-reduce group, the rank it logs
             self.scheduler_stage_metrics = _stage_metrics()
-
-    from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
     digests: list[tuple[int, ...] | None] = []
     checksum_kernel = _kv_checksum(sched, case.kv_checksum, digests)
     req: Any = SimpleNamespace(
-        rid=f"{HEALTH_CHECK_RID_PREFIX}r0" if case.health_check else "r0",
+        rid=f"{_health_check_prefix()}r0" if case.health_check else "r0",
+        bootstrap_room=room,  # logged by the older releases' send_kv_chunk
         origin_input_ids=[0] * case.length,
         extend_end=0,
         kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
@@ -456,9 +476,15 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         disagg_kv_sender=sender,
         pending_bootstrap=True,
         metadata_buffer_index=case.aux_index if case.held_buffer else -1,
-        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
+        time_stats=SimpleNamespace(
+            set_bootstrap_done_time=lambda: None,
+            set_wait_queue_entry_time=lambda: None,
+            trace_ctx=SimpleNamespace(abort=lambda **kw: None),  # a failed bootstrap's trace (0.5.10-0.5.12)
+        ),
         prefill_attempt_count=0,
         is_retracted=False,
+        return_logprob=False,
+        add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.9)
         prefix_len=(case.early_prefix or 0) + case.host_hit_length,
         host_hit_length=case.host_hit_length,
         **case.extra,  # registered request fields
@@ -473,8 +499,6 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.enable_overlap = case.overlap
     sched.forward_stream = None  # recorded on by the overlap early send (the current stream on CUDA)
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
-    from sglang.srt.environ import envs
-
     with (
         checksum_kernel,
         _patched_schedule(prefill, case.chunked_prefill_size),
@@ -485,7 +509,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
             # Mooncake's sender reads it to account a sharded rank's pages (with a KV-shard rank split only)
             **({"enable_kv_cache_sharding": case.kv_sharded} if case.host_tensor_indices else {}),
         ),
-        envs.SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX.override(case.early_send_env),
+        _early_send_switch(case.early_send_env),
     ):
         if case.early_send_blocked == "bootstrapping" and case.early_prefix is not None:
             req.extend_end = case.chunk_ends[0]  # the first batch runs while the request bootstraps
@@ -507,6 +531,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         for k, end in enumerate([] if dropped else case.chunk_ends):  # a request dropped at bootstrap never runs
             req.extend_range = _extend_range(req.extend_end if k else req.prefix_len, end)
             req.extend_end = end
+            # the chunk's end in the spellings of earlier releases: fill_ids (to 0.5.12), fill_len (0.5.13, 0.5.14)
+            req.fill_ids, req.fill_len = [0] * end, end
             if k == 0:
                 if case.early_prefix is not None and case.early_send_blocked != "bootstrapping":
                     # a HiCache load-back pending: 0.5.23's scheduler passes allow_send=False (#44070); 0.5.22's
@@ -518,8 +544,12 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
                         else:
                             sched.maybe_send_cached_prefix_chunk(req)
                 trace.start_send_idx.append(req.start_send_idx)
+            last = k == len(case.chunk_ends) - 1
             with _counted(manager, req):
-                sched.send_kv_chunk(req, last_chunk=k == len(case.chunk_ends) - 1)
+                if "last_chunk" in inspect.signature(sched.send_kv_chunk).parameters:
+                    sched.send_kv_chunk(req, last_chunk=last)
+                else:  # to 0.4.6.post4 (#6019): the last chunk is the one called with the first output token
+                    sched.send_kv_chunk(req, token_id=1 if last else None)
             trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = len(set_buf)
     trace.digests = digests
@@ -527,6 +557,39 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     trace.registrations = registrations
     return trace
+
+
+def _state_types(names: tuple[str, ...]) -> list[Any]:  # pragma: no cover - conformance venv
+    """The release's ``StateType`` members named ``names``; none to look up where the case has no state (the enum
+    came with the state payloads, 0.5.3.post3 - ``state_payloads`` and the ``state:*`` features keep an earlier
+    release from being given one)."""
+    if not names:
+        return []
+    from pdverify.targets.sglang_decode import _state_type  # under a release's earlier names (NSA for DSA)
+
+    return [_state_type(k) for k in names]
+
+
+def _health_check_prefix() -> str:  # pragma: no cover - conformance venv
+    """The rid prefix SGLang's health check gives its requests (read where a health-check case is run: the KV
+    checksum's, 0.5.21 on)."""
+    from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
+
+    return str(HEALTH_CHECK_RID_PREFIX)
+
+
+@contextmanager
+def _early_send_switch(on: bool) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """``SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`` set to ``on`` for the call, where the release has the early
+    cached-prefix send (#29316, 0.5.15; the input feature ``early_send``: an earlier release is never given a case
+    with an early prefix, and has no switch to set)."""
+    try:
+        environ: Any = importlib.import_module("sglang.srt.environ")
+    except ImportError:  # no environ module to 0.5.1
+        environ = None
+    switch = getattr(getattr(environ, "envs", None), "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX", None)
+    with switch.override(on) if switch is not None else contextlib.nullcontext():
+        yield
 
 
 @contextmanager
@@ -549,7 +612,11 @@ def _parallel_override(**fields: Any) -> Iterator[None]:  # pragma: no cover - c
     (``enable_dsa_cache_layer_split`` in the all-CP-ranks filter): those go into the scoped overrides, which the
     ``__getattr__`` of 0.5.19 and 0.5.20 reads first; 0.5.18's reads a leaf only from the published config bag, so
     with none published a bag of just those leaves stands in for it. Both are restored after the call."""
-    from sglang.srt import runtime_context
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # to 0.5.13: no runtime context, every leaf is read from the manager's server arguments
+        yield
+        return
 
     parallel = runtime_context.get_parallel()
     known = getattr(runtime_context, "_PARALLEL_FIELDS", None)
@@ -656,7 +723,6 @@ def _bootstrap_world(
     (``CommonKVReceiver.query_prefill_dp_ranks``) reads the room's rank back; request tracing switched on for the
     sender's module (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
     import requests
-    from sglang.srt.disaggregation.common import conn
 
     if case.deferred_room is not None:  # 0.5.22 on (#40703: the input feature ``allocation_policy``)
         from sglang.srt.disaggregation.common.bootstrap import DeferredBootstrap
@@ -672,6 +738,15 @@ def _bootstrap_world(
         manager.sender_trace_module = "disaggregation"
         manager.enable_trace = True  # the switch 0.5.21 and 0.5.22's Mooncake sender reads
 
+    try:
+        conn: Any = importlib.import_module("sglang.srt.disaggregation.common.conn")
+    except ImportError:  # no common/conn.py to 0.4.7
+        conn = None
+    if conn is None or not hasattr(conn.CommonKVReceiver, "query_prefill_dp_ranks"):
+        # before #19168 (0.5.10) prefill's sender registers no DP rank (the input feature dp_rank_query: a case
+        # with attention DP is not given to such a release), and nothing else of it reaches the bootstrap server
+        yield "10.0.0.1:8998"
+        return
     server = _bootstrap_server()
     server.room_to_dp_rank.pop(room, None)  # a room an earlier example registered
 

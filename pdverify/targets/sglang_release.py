@@ -40,28 +40,32 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 
-SCHEDULER_DRIVERS_FROM = "0.5.15"
-"""The first release whose scheduler-level PD code has the form the prefill exchange driver is written against (the
-decode pre-allocation driver's gate is ``DECODE_PREALLOC_DRIVER_FROM``): the bootstrap queue's ``pop_bootstrapped``,
-the early send and ``send_kv_chunk`` with the common KV sender. 0.5.18-0.5.20's ``send_kv_chunk`` does inline what
-0.5.21 splits into ``_send_kv_chunk``, with no KV checksum (``kv_checksum``, #39500) and no DCP pack limit on a send
-(``dcp_pack_limit``, #40376): input features from 0.5.21, never drawn before. Their parallel context refuses to
-override a server-argument leaf (``sglang_prefill._parallel_override`` sets it in the scoped overrides, or in a
-stand-in config bag on 0.5.17 and 0.5.18, which read leaves only from the published one); 0.5.19 has the unified
-allocator in ``mem_cache/multi_ended_allocator.py`` and no stage-metrics recorder; 0.5.17 and 0.5.18 keep
-``req_pool_idx`` on the request; 0.5.17's send reads no staging grid (T12) and it has no unified-memory translation
-(``translated_ids``, 0.5.18). 0.5.15 and 0.5.16 read the server-argument leaves (``enable_dsa_cache_layer_split``,
-the DP width and balance method) from the KV manager's own ``server_args`` (``_Manager.server_args``; their parallel
-namespace holds the derived widths only), their Mooncake sender forwards no token count (``num_kv_tokens``, #32837: the
-driver reads each send's count off the release's ``req.start_send_idx``), their staging has no grid (S12's grid clause,
-``FROM_STAGING_GRID``, #31217), an early-send prefix off the page is prefill-side DCP's (``dcp_prefill``, #32837) and
-the router's DP placement is not passed to the sender in 0.5.15 (#27546: T13); decode's DP query is a plain
-``requests.post`` there. From 0.5.21:
-``_send_kv_chunk`` / ``_transfer_page_indices`` split out and ``alloc_for_decode_prealloc`` (0.5.21's differences -
-the chunk as ``extend_range``, the cached prefix as ``prefix_indices``, no ``DeferredBootstrap``, translation by
-``MultiEndedAllocator.translate_kv_loc``, a Triton-only ``alloc_extend`` - and 0.5.22's - no
-``prepare_send_state_indices`` hook, ``set_kv_checksum(req, digest)``, no ``allow_send``, Mooncake's own sender - are
-met by the drivers; the inputs of later features are outside an earlier release's domain)."""
+SCHEDULER_DRIVERS_FROM = "0.4.5.post1"
+"""The first release the prefill exchange driver runs on: the first with a KV transport (``KV_TRANSPORT_FROM``; the
+decode pre-allocation driver's gate is ``DECODE_PREALLOC_DRIVER_FROM``). The driver runs the release's own bootstrap
+queue (``pop_bootstrapped``), early send and ``send_kv_chunk`` with its real KV sender, and meets each form:
+
+* 0.4.5.post1-0.4.6.post4: ``send_kv_chunk(req, token_id)`` (the last chunk is the one called with the first output
+  token, which goes to the metadata buffer through the bootstrap queue's ``store_prefill_results``; #6019), the queue
+  named ``disagg_prefill_pending_queue`` to 0.4.5.post3, token units at page size 1 on 0.4.5.post1 (#5561);
+* to 0.4.7 no ``common/conn.py``: Mooncake's sender and manager stand alone; to 0.5.9 the poll's all-reduce is over
+  the queue's ``gloo_group``, a failed request is aborted by the queue and streamed out (``stream_output``), and the
+  request's stage latency is recorded (``add_latency``); to 0.5.1 no ``environ`` module and no ``utils.common.Range``;
+* the chunk's end as ``fill_ids`` (to 0.5.12), ``fill_len`` (0.5.13, 0.5.14), ``extend_range`` / ``extend_end``
+  after; to 0.5.13 no runtime context (every parallel leaf is read from the manager's ``server_args``);
+* 0.5.15 and 0.5.16 read the server-argument leaves (``enable_dsa_cache_layer_split``, the DP width and balance
+  method) from the KV manager's own ``server_args``, their Mooncake sender forwards no token count (``num_kv_tokens``,
+  #32837: the driver reads each send's count off the release's ``req.start_send_idx``), their staging has no grid
+  (S12's grid clause, ``FROM_STAGING_GRID``, #31217), an early-send prefix off the page is prefill-side DCP's
+  (``dcp_prefill``, #32837) and the router's DP placement is not passed to the sender in 0.5.15 (#27546: T13);
+* 0.5.17-0.5.20: the parallel context refuses to override a server-argument leaf (``_parallel_override``), 0.5.19's
+  unified allocator lives in ``mem_cache/multi_ended_allocator.py``, 0.5.17's send reads no staging grid (T12);
+* 0.5.21 on: ``_send_kv_chunk`` / ``_transfer_page_indices`` split out (0.5.21's chunk as ``extend_range``, 0.5.22's
+  ``set_kv_checksum(req, digest)``, 0.5.23's hooks called where they exist).
+
+Inputs of later features are outside an earlier release's domain (``PrefillCase.input_features``): the early send
+(#29316, 0.5.15), attention-DP rank registration (#19168) and attention CP (#19504, #19765, 0.5.10), the staging buffer
+(#19890, 0.5.10), decode-side prefixes (0.5.11), pages (#5561), state lists (#24932, 0.5.12)."""
 DECODE_PREALLOC_DRIVER_FROM = "0.4.4.post2"
 """The first release the decode pre-allocation driver runs on: every release (``pop_preallocated`` and ``_pre_alloc``
 are decode's from the first PD release). The forms it meets: to 0.5.18 the request's KV bookkeeping is on the request,
@@ -93,7 +97,14 @@ KV_TRANSPORT_FROM = "0.4.5.post1"
 """The first release with a KV transport (Mooncake's, ``disaggregation/mooncake/conn.py``): 0.4.4.post2-0.4.5 ship only
 ``disaggregation/conn.py``'s placeholder ``KVSender`` / ``KVReceiver``, which move nothing and carry no metadata, so
 those releases have no KV sender (K1) and no metadata wire (W2) to check: no such code."""
-TRANSPORT_UNITS = ("kv_sender", "bootstrap", "wire_roundtrip", "send_kv_chunk", "decode_page_indices")
+TRANSPORT_UNITS = (
+    "prefill_exchange",
+    "kv_sender",
+    "bootstrap",
+    "wire_roundtrip",
+    "send_kv_chunk",
+    "decode_page_indices",
+)
 KV_SENDER_DRIVER_FROM = "0.4.5.post1"
 """The first release the ``kv_sender`` driver runs on: the first with a KV transport (``KV_TRANSPORT_FROM``). To
 0.4.6.post4 prefill's send loop passes the sender each send's destination slice and last flag (``send(kv_indices,
@@ -138,10 +149,6 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
 ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
 EARLIER_FORM = {
-    "prefill_exchange": "0.5.14 and earlier have no early cached-prefix send (#29316: no "
-    "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX, which the driver switches and S15, S21 and S23 are about), and "
-    "0.5.13 and earlier no runtime context (sglang.srt.runtime_context) for the attention widths; a driver for those "
-    "forms is not written yet",
     "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
     "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
     "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
