@@ -148,22 +148,18 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 (``_allocatable_token_budgets`` and the SWA side's ``_swa_tail_allocatable_token_budget``, less what the pass
 committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
 ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
-EARLIER_FORM = {
-    "send_kv_chunk": "0.4.5.post1 sends token indices (no paged transfer before #5561): its prefill passes "
-    "send(kv_indices, index_slice, is_last) token lists and initialises the sender with a token count, no "
-    "kv_to_page_num, which the page-level properties read; a driver for that form is not written yet",
-    "decode_page_indices": "0.4.5.post1 registers decode's token indices (no paged transfer before #5561), not "
-    "pages; a driver for that form is not written yet",
-}
-"""Why a unit has no driver before its driver's first release: the form the release's code has there."""
+EARLIER_FORM: dict[str, str] = {}
+"""Why a unit has no driver before its driver's first release: the form the release's code has there (none left:
+every unit is driven on every release that has it)."""
 CHUNK_SENDER_FROM = "0.5.21"
 """The first release with ``_send_kv_chunk`` and ``_transfer_page_indices`` (the function-level sender units split
 out); before, the same steps are inline in ``send_kv_chunk`` and ``pop_preallocated`` (``sglang_inline_units``)."""
-SENDER_UNITS_DRIVER_FROM = "0.4.5.post2"
+SENDER_UNITS_DRIVER_FROM = "0.4.5.post1"
 """The first release the function-level sender units are driven on (``sglang_inline_units`` to 0.5.20): the first
-with paged transfer (#5561), whose prefill converts each send's tokens to pages and initialises the sender with a page
-count (``kv_to_page_num``, which P9-P14 read). 0.4.5.post1, the first with a KV transport, sends token indices and
-counts tokens: no page conversion, no ``kv_to_page_num``."""
+with a KV transport (``KV_TRANSPORT_FROM``). 0.4.5.post1 sends token indices and counts tokens, at page size 1 (paged
+transfer came with #5561, 0.4.5.post2: the ``paged_transfer`` input feature), where a token index is its page index:
+its ``send_kv_chunk`` and ``pop_preallocated`` are driven as they are; it has no ``kv_to_page_num``, so P9-P14 and M1,
+which read it, are 'no such code' there."""
 
 SGLANG_MIXIN = "sglang.srt.disaggregation.decode_schedule_batch_mixin"
 MIXIN_MODULES = (SGLANG_MIXIN, "sglang.srt.disaggregation.decode")
