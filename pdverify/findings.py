@@ -1182,9 +1182,9 @@ KNOWN: dict[str, KnownDefect] = {
             _t5_shows,
             _t5_explains,
             also=("P18", "P18p", "D1"),
-            # decode's pre-allocation reaches 0.5.11, the first release with a decode prefix (DSA as the NSA pool's
-            # payload there); the prefill exchange's state lists from 0.5.12 (the NSA state type, #24932)
-            narrower=tuple((p, T5_RELEASES[T5_RELEASES.index("0.5.12") :]) for p in ("P16", "P18", "P18p")),
+            # decode's pre-allocation and prefill's exchange reach 0.5.11, the first release with a decode prefix (DSA
+            # as the NSA pool's one payload there); P18p pairs the per-type lists, from 0.5.12 (#24932)
+            narrower=(("P18p", T5_RELEASES[T5_RELEASES.index("0.5.12") :]),),
         ),
         KnownDefect(
             "T6",

@@ -119,8 +119,7 @@ def draw_prefill_sends(
         early_prefix=early,
         # unified-memory pools (translated int64 ids) came in 0.5.18
         translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
-        # prefill's side is driven with the per-type state lists (#24932, 0.5.12): none drawn before them
-        state_types=shared.state_types if shared else tuple(c.switches(_prefill_state_types(d), lean=True)),
+        state_types=shared.state_types if shared else _prefill_state_types(c, d),
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
         window=window,
@@ -145,10 +144,14 @@ def _state_types(d: int) -> list[str]:
     return [k for k in DOMAIN.state_types(STATE_TYPES) if not (refused and k in SWA_WINDOW_TYPES)]
 
 
-def _prefill_state_types(d: int) -> list[str]:
-    """``_state_types`` for prefill's side: none before the per-type state lists (``state_lists``, #24932, 0.5.12),
-    the form the prefill exchange is driven in."""
-    return _state_types(d) if DOMAIN.has("state_lists") else []
+def _prefill_state_types(c: Choices, d: int) -> tuple[str, ...]:
+    """The state types of prefill's side: each of ``_state_types`` by its own coin; before the per-type state lists
+    (``state_lists``, #24932, 0.5.12) at most one, SWA or DSA - the one payload a hybrid pool's type chose - and none
+    before state payloads (#10912, 0.5.3.post3)."""
+    kinds = tuple(c.switches(_state_types(d), lean=True))
+    if DOMAIN.has("state_lists"):
+        return kinds
+    return tuple(k for k in kinds if k in ("SWA", "DSA"))[:1] if DOMAIN.has("state_payloads") else ()
 
 
 def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 from array import array
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,47 @@ def test_decode_cases_draw_only_the_release_domain(release_domain: Any, release:
 
     draw()
     assert set(DECODE_FEATURES) - set(absent) <= used, (release, set(DECODE_FEATURES) - set(absent) - used)
+
+
+PREFILL_FEATURES = ("paged_transfer", "state_payloads", "staging_buffer", "attention_cp", "dp_rank_query",
+                    "decode_prefixes", "state_lists", "early_send")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("release", "absent"),
+    [
+        ("0.4.5.post1", PREFILL_FEATURES),
+        ("0.5.3", PREFILL_FEATURES[1:]),
+        ("0.5.5", PREFILL_FEATURES[2:]),
+        ("0.5.10", PREFILL_FEATURES[5:]),
+        ("0.5.12", ("early_send",)),
+        (None, ()),
+    ],
+)
+def test_prefill_cases_draw_only_the_release_domain(release_domain: Any, release: str | None,
+                                                    absent: tuple[str, ...]) -> None:  # fmt: skip
+    """What a release's prefill exchange can be given: page size 1 before paged transfer (0.4.5.post2), no state
+    before state payloads (0.5.3.post3) and one payload, SWA's or DSA's, before the per-type lists (0.5.12), no
+    staging buffer, attention CP or DP rank registration before 0.5.10, no decode prefix before 0.5.11, no early
+    send before 0.5.15. Each feature absent from the release is never drawn; each present one is drawn."""
+    from pdverify.strategies import bootstrap_settings, prefill_cases, rank_splits
+
+    release_domain(release)
+    used: set[str] = set()
+
+    @settings(max_examples=300, database=None, derandomize=True)
+    @given(case=prefill_cases(), split=rank_splits(), settings_=bootstrap_settings())
+    def draw(case: Any, split: tuple[str, int], settings_: dict[str, Any]) -> None:
+        case = replace(case, rank_split=(split[0], 0, split[1]), attention_dp=settings_["attention_dp"])
+        features = set(case.input_features())
+        # the rank splits fall back to attention CP's where the release has none: S17's contract keeps them out
+        assert not features & (set(absent) - {"attention_cp"}), (release, features & set(absent), case)
+        if "state_lists" in absent:  # before the per-type lists: at most one state type, SWA or DSA
+            assert case.state_types in ((), ("SWA",), ("DSA",)), (release, case.state_types)
+        used.update(features)
+
+    draw()
+    assert set(PREFILL_FEATURES) - set(absent) <= used, (release, set(PREFILL_FEATURES) - set(absent) - used)
 
 
 @pytest.mark.parametrize(("release", "unaligned"), [("0.5.16", False), ("0.5.17", True), (None, True)])

@@ -183,9 +183,9 @@ class PrefillCase:
         if self.chunked_prefill_size is not None:
             used.append("staging_buffer")
         if self.state_types:
-            # state payloads came in 0.5.3.post3, one per request in the pool's type; this unit's driver is written
-            # for the per-type lists (#24932, 0.5.12), which the state properties read
-            used.extend(("state_payloads", "state_lists"))
+            used.append("state_payloads")  # #10912: one payload, the KV pool type's (SWA or DSA), to 0.5.11
+        if self.state_types not in ((), ("SWA",), ("DSA",)):
+            used.append("state_lists")  # other types, or several: one list per registered type (#24932, 0.5.12)
         if self.rank_split is not None and self.rank_split[0] != "kv_shard":
             used.append("attention_cp")
         if self.dcp_max_tokens is not None:

@@ -128,6 +128,8 @@ class _Manager:
                 **kw,
             }
         state = kw.get("state_indices")
+        if isinstance(state, (np.ndarray, torch.Tensor)):  # one payload, the pool type's (0.5.3.post3-0.5.11)
+            state = [state]
         self.raw.append((kv_indices, index_slice, bool(is_last_chunk)))
         ranged = isinstance(index_slice, slice)  # a KV-sharded rank passes its owned positions instead
         self.transfers.append(
@@ -437,6 +439,9 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         ring_size=case.ring_size,
         set_buf=set_buf,
     )
+    if case.state_types and not state_types:  # one payload chosen by the KV pool's type (to 0.5.11, before #24932)
+        pool = object.__new__(_payload_pool_class(prefill, case.state_types))
+        sched.token_to_kv_pool_allocator.get_kvcache = lambda: pool
 
     buffers = _BufferPool(case.aux_index, busy_polls=case.buffer_waits)
 
@@ -563,11 +568,22 @@ def _state_types(names: tuple[str, ...]) -> list[Any]:  # pragma: no cover - con
     """The release's ``StateType`` members named ``names``; none to look up where the case has no state (the enum
     came with the state payloads, 0.5.3.post3 - ``state_payloads`` and the ``state:*`` features keep an earlier
     release from being given one)."""
-    if not names:
+    from pdverify.targets.sglang_decode import _state_lists_form, _state_type  # NSA for DSA before the rename
+
+    if not names or not _state_lists_form():  # to 0.5.11 the pool's class picks the one payload (_payload_pool_class)
         return []
-    from pdverify.targets.sglang_decode import _state_type  # under a release's earlier names (NSA for DSA)
 
     return [_state_type(k) for k in names]
+
+
+def _payload_pool_class(prefill: Any, names: tuple[str, ...]) -> Any:  # pragma: no cover - conformance venv
+    """The KV pool class whose ``isinstance`` check picks the one state payload of ``names`` in the release's
+    ``send_kv_chunk`` (0.5.3.post3-0.5.11, #10912): ``SWAKVPool`` (the window's SWA pages), ``NSATokenToKVPool`` (the
+    index-K pages); a later state type, or two, is the per-type lists' input (``state_lists``), never given."""
+    classes = {("SWA",): "SWAKVPool", ("DSA",): "NSATokenToKVPool"}
+    if names not in classes:
+        raise ValueError(f"state types {names}: before the per-type state lists a release sends one, SWA or DSA")
+    return getattr(prefill, classes[names])
 
 
 def _health_check_prefix() -> str:  # pragma: no cover - conformance venv

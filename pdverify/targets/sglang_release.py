@@ -65,7 +65,8 @@ queue (``pop_bootstrapped``), early send and ``send_kv_chunk`` with its real KV 
 
 Inputs of later features are outside an earlier release's domain (``PrefillCase.input_features``): the early send
 (#29316, 0.5.15), attention-DP rank registration (#19168) and attention CP (#19504, #19765, 0.5.10), the staging buffer
-(#19890, 0.5.10), decode-side prefixes (0.5.11), pages (#5561), state lists (#24932, 0.5.12)."""
+(#19890, 0.5.10), decode-side prefixes (0.5.11), pages (#5561), the per-type state lists (#24932, 0.5.12): to 0.5.11 one
+state payload (#10912, 0.5.3.post3), SWA's or DSA's, picked by the KV pool's class (``_payload_pool_class``)."""
 DECODE_PREALLOC_DRIVER_FROM = "0.4.4.post2"
 """The first release the decode pre-allocation driver runs on: every release (``pop_preallocated`` and ``_pre_alloc``
 are decode's from the first PD release). The forms it meets: to 0.5.18 the request's KV bookkeeping is on the request,
