@@ -128,18 +128,34 @@ def _why(tgt: Target, missing: list[str]) -> str:
     return f" ({'; '.join(known)})" if known else ""
 
 
-def bind_profile(test: Any) -> None:
+def bind_profile(test: Any, searching_past: bool = False) -> None:
     """Run a property under the profile loaded now (``--hypothesis-profile``), whenever its module was
     imported: ``given`` fixes a test's settings when it decorates it, which may be before this session loaded
     its profile (an in-process ``pdverify check``, HypoFuzz's collection). The ``target`` fixture is
-    function-scoped but only reads the stash, so the function-scoped-fixture health check does not apply."""
+    function-scoped but only reads the stash, so the function-scoped-fixture health check does not apply.
+    ``searching_past``: the property has a finding recorded on the target's release, whose reproduced examples are
+    set aside (rejected) so that the search goes on past it; where the defect shows on nearly every input (T9 on
+    0.4.5.post2's S11) those rejections are the search going on, not a strategy filtering too much, and the report
+    counts the examples checked besides the finding's."""
     from hypothesis import HealthCheck, settings
 
     if getattr(test, "pdverify_property", None) and hasattr(test, "_hypothesis_internal_use_settings"):
         base = settings.default
         assert base is not None
         suppressed = [*base.suppress_health_check, HealthCheck.function_scoped_fixture]
+        if searching_past:
+            suppressed.append(HealthCheck.filter_too_much)
         test._hypothesis_internal_use_settings = settings(base, suppress_health_check=suppressed)
+
+
+def _searching_past(item: pytest.Item, property_id: str | None) -> bool:
+    """Whether ``property_id`` has a finding recorded on the session's target whose reproduced examples the findings
+    gate sets aside (``--known-findings`` on)."""
+    from pdverify.findings import recorded
+    from pdverify.properties.registry import EXAMPLES
+
+    target = item.config.stash.get(TARGET_KEY, None)
+    return bool(property_id and target is not None and EXAMPLES.known_findings and recorded(property_id, target))
 
 
 def seed(test: Any) -> None:
@@ -164,7 +180,8 @@ def key_by_node(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
-    bind_profile(getattr(item, "obj", None))
+    test = getattr(item, "obj", None)
+    bind_profile(test, searching_past=_searching_past(item, getattr(test, "pdverify_property", None)))
     seed(getattr(item, "obj", None))
     key_by_node(item)
     reset_examples()

@@ -62,3 +62,25 @@ def test_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(GATE), str(tmp_path / "no.json"), str(tmp_path / "no.json")],
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and "cannot read input" in proc.stderr
+
+
+def test_the_search_past_a_recorded_finding_is_not_a_filtering_strategy() -> None:
+    """A property with a finding recorded on the bound release sets its reproduced examples aside (``assume``) so the
+    search goes on past it; where the defect shows on nearly every input that must not trip Hypothesis'
+    filter-too-much health check (T9 on 0.4.5.post2's S11). Elsewhere the health check stays on."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from pdverify.plugin import bind_profile
+
+    def prop(x: int) -> None:
+        pass
+
+    for searching_past in (False, True):
+        test: Any = given(x=st.integers())(prop)
+        test.pdverify_property = "S11"
+        bind_profile(test, searching_past=searching_past)
+        checks = test._hypothesis_internal_use_settings.suppress_health_check
+        assert HealthCheck.function_scoped_fixture in checks
+        assert (HealthCheck.filter_too_much in checks) is searching_past
+    assert settings.default is not None
