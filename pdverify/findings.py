@@ -308,7 +308,8 @@ def _t9_exchange_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return False
     if "pair" in kwargs:
         return message.startswith("prefill's sends land on ")
-    return message.rstrip().endswith(_show(_t9_transfers(case))) or f": {_show(_t9_transfers(case))}" in message
+    shown = _show(_t9_transfers(case))
+    return message.rstrip().endswith(shown) or f": {shown}" in message
 
 
 def _t9_explains(kwargs: Mapping[str, Any], message: str) -> bool:

@@ -182,7 +182,7 @@ def key_by_node(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     test = getattr(item, "obj", None)
     bind_profile(test, searching_past=_searching_past(item, getattr(test, "pdverify_property", None)))
-    seed(getattr(item, "obj", None))
+    seed(test)
     key_by_node(item)
     reset_examples()
     open_recording()

@@ -101,8 +101,8 @@ def draw_prefill_sends(
     pages = distinct_sample(c, 1, count + 64, count)
     ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     # each lean its own mode; DCP's pack limit on a send came in 0.5.21, the staging buffer in 0.5.10
-    modes = [m for m in MODES if m != "dcp" or DOMAIN.has("dcp_pack_limit")]
-    mode = c.pick([m for m in modes if m != "staging" or DOMAIN.has("staging_buffer")], lean=c.leaning - 1)
+    gates = {"dcp": "dcp_pack_limit", "staging": "staging_buffer"}
+    mode = c.pick([m for m in MODES if m not in gates or DOMAIN.has(gates[m])], lean=c.leaning - 1)
     # drawn, then dropped where the release has no early send (#29316, 0.5.15): later draws keep their meaning
     early = _early_prefix(c, n, d, ps, ships=early_send) if DOMAIN.has("early_send") else None
     window = shared.window if shared else c.integer(1, 40)

@@ -23,7 +23,6 @@ the receiver (it records).
 from __future__ import annotations
 
 import contextlib
-import inspect
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
@@ -41,6 +40,7 @@ from pdverify.targets.sglang_prefill import (
     _prepare_state,
     prefix_sender_is_nixl,
     release_with_prefix,
+    send_chunk,
 )
 
 ROOM = 4242
@@ -64,9 +64,6 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
         prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
         ring_size=1, set_buf=[],
     )  # fmt: skip
-    # the last chunk's output token goes to the metadata buffer through the queue (to 0.4.6.post4): not under test
-    sched.disagg_prefill_bootstrap_queue.store_prefill_results = lambda index, token: None
-    sched.disagg_prefill_pending_queue = sched.disagg_prefill_bootstrap_queue  # its name in 0.4.5.post2-post3
     req: Any = SimpleNamespace(
         rid="r0", bootstrap_room=ROOM, origin_input_ids=[0] * state.origin_len, fill_ids=[0] * extend_end,
         fill_len=extend_end,  # 0.5.13-0.5.14's name of the fill length
@@ -74,10 +71,7 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
         kv=SimpleNamespace(req_pool_idx=state.req_pool_idx), disagg_kv_sender=sender, metadata_buffer_index=0,
         start_send_idx=state.start_send_idx, disagg_decode_prefix_len=state.decode_prefix_len,
     )  # fmt: skip
-    if "last_chunk" in inspect.signature(sched.send_kv_chunk).parameters:
-        sched.send_kv_chunk(req, last_chunk=last_chunk)
-    else:  # to 0.4.6.post4: the last chunk is the one called with the request's first output token
-        sched.send_kv_chunk(req, token_id=1 if last_chunk else None)
+    send_chunk(sched, req, last_chunk=last_chunk)
     sent = len(manager.raw)
     assert sent <= 1, f"one send_kv_chunk call made {sent} transfers"
     pages = manager.raw[0][0] if sent else None

@@ -220,8 +220,12 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     sched.kv_checksum_computer = None
     sched.disagg_metadata_buffers = SimpleNamespace(set_buf=lambda r: set_buf.append(r.rid))
     sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
-        kv_manager=SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
+        kv_manager=SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types)),
+        # to 0.4.6.post4 the last chunk's output token goes to the metadata buffer through the bootstrap queue (counted
+        # as the metadata set, as later releases' set_buf)
+        store_prefill_results=lambda index, token: set_buf.append("token"),
     )
+    sched.disagg_prefill_pending_queue = sched.disagg_prefill_bootstrap_queue  # its name to 0.4.5.post3
     sched.disagg_prefill_pending_chunk_rids = set()
     sched.sliding_window_size = window
     return sched
@@ -454,10 +458,6 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     sched.enable_hicache_storage = False  # read where a failed bootstrap releases its prefetch (0.5.11, 0.5.12)
     sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
     sched.tree_cache = None
-    # to 0.4.6.post4 the last chunk's output token goes to the metadata buffer through the bootstrap queue (counted
-    # as the metadata set, as later releases' set_buf), whose name is disagg_prefill_pending_queue to 0.4.5.post3
-    sched.disagg_prefill_bootstrap_queue.store_prefill_results = lambda index, token: set_buf.append("token")
-    sched.disagg_prefill_pending_queue = sched.disagg_prefill_bootstrap_queue
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
@@ -549,12 +549,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
                         else:
                             sched.maybe_send_cached_prefix_chunk(req)
                 trace.start_send_idx.append(req.start_send_idx)
-            last = k == len(case.chunk_ends) - 1
             with _counted(manager, req):
-                if "last_chunk" in inspect.signature(sched.send_kv_chunk).parameters:
-                    sched.send_kv_chunk(req, last_chunk=last)
-                else:  # to 0.4.6.post4 (#6019): the last chunk is the one called with the first output token
-                    sched.send_kv_chunk(req, token_id=1 if last else None)
+                send_chunk(sched, req, last_chunk=k == len(case.chunk_ends) - 1)
             trace.start_send_idx.append(req.start_send_idx)
     trace.metadata_sets = len(set_buf)
     trace.digests = digests
@@ -564,15 +560,22 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     return trace
 
 
+def send_chunk(sched: Any, req: Any, *, last_chunk: bool) -> None:  # pragma: no cover - conformance venv
+    """One call of the release's ``send_kv_chunk``: ``(req, last_chunk)`` from 0.4.6.post5 (#6019); to 0.4.6.post4
+    ``(req, token_id)``, the last chunk being the one called with the request's first output token."""
+    if "last_chunk" in inspect.signature(sched.send_kv_chunk).parameters:
+        sched.send_kv_chunk(req, last_chunk=last_chunk)
+    else:
+        sched.send_kv_chunk(req, token_id=1 if last_chunk else None)
+
+
 def _state_types(names: tuple[str, ...]) -> list[Any]:  # pragma: no cover - conformance venv
-    """The release's ``StateType`` members named ``names``; none to look up where the case has no state (the enum
-    came with the state payloads, 0.5.3.post3 - ``state_payloads`` and the ``state:*`` features keep an earlier
-    release from being given one)."""
+    """The release's ``StateType`` members named ``names``; none where the case has no state, or where the release
+    has no ``StateType`` (it came with the per-type state lists, #24932, 0.5.12; before, one payload)."""
     from pdverify.targets.sglang_decode import _state_lists_form, _state_type  # NSA for DSA before the rename
 
     if not names or not _state_lists_form():  # to 0.5.11 the pool's class picks the one payload (_payload_pool_class)
         return []
-
     return [_state_type(k) for k in names]
 
 
