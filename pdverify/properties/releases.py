@@ -152,6 +152,9 @@ FROM_QSA_STATE = Contract("the QSA_COMPRESSED state type, first in sglang 0.5.20
 FROM_KV_CHECKSUM = Contract(
     "the PD KV transfer checksum (--disaggregation-enable-kv-checksum, #39500), first in sglang 0.5.21", "0.5.21"
 )
+FROM_SENDER_TRACING = Contract(
+    "request tracing in the PD KV sender (--enable-trace, Mooncake's backend, #23755), first in sglang 0.5.13", "0.5.13"
+)
 FROM_DCP_PACK_LIMIT = Contract(
     "a send to a DCP-relayout peer is split at the pack buffer's size (get_max_transfer_tokens), first in sglang "
     "0.5.21",

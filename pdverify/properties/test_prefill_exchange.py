@@ -24,6 +24,9 @@ from pdverify.properties.registry import Clause, applies, note_event, prop, with
 from pdverify.properties.releases import (
     DOMAIN,
     FROM_ATTENTION_CP,
+    FROM_BLOCK_SCALE_STATE,
+    FROM_EARLY_SEND,
+    FROM_KV_CHECKSUM,
     FROM_MOONCAKE_DECODE_PREFIX,
     FROM_STAGING_GRID,
     FROM_STATE_LISTS,
@@ -222,6 +225,7 @@ def test_s13_one_last(target: Target, device: str, case: PrefillCase) -> None:
     "overlap scheduling: the first transfer after an early send waits on the prior forward's completion event; "
     "no other transfer waits, and none without overlap",
     needs=NEEDS,
+    contract=FROM_EARLY_SEND,  # no transfer of a release before the early send has anything to wait on
     case=prefill_cases(),
 )
 def test_s15_early_send_waits_on_forward(target: Target, device: str, case: PrefillCase) -> None:
@@ -242,6 +246,7 @@ def test_s15_early_send_waits_on_forward(target: Target, device: str, case: Pref
     "for [D, L), as the transfer addresses them (physical ids once translated); a health-check request is set to 0 "
     "undigested; with the checksum off none is set",
     needs=NEEDS,
+    contract=FROM_KV_CHECKSUM,  # a release before the checksum has no code that could set one
     case=prefill_cases(),
 )
 def test_s16_kv_checksum(target: Target, device: str, case: PrefillCase) -> None:
@@ -390,7 +395,7 @@ def test_p16_suffix_state(target: Target, device: str, case: PrefillCase) -> Non
     "P17",
     "QSA_COMPRESSED / MINIMAX_DENSE_KV / BLOCK_SCALE state: every page of [0, L), the prefix included",
     needs=NEEDS,
-    contract=FROM_STATE_LISTS,
+    contract=FROM_BLOCK_SCALE_STATE,  # the first full-from-0 state type (BLOCK_SCALE); before it P17 has no input
     case=prefill_cases(),
 )
 def test_p17_full_state(target: Target, device: str, case: PrefillCase) -> None:

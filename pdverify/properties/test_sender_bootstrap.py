@@ -19,8 +19,15 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
-from pdverify.properties.registry import note_event, prop, within_release
-from pdverify.properties.releases import DOMAIN, FROM_DEFERRED_ALLOCATION, FROM_DP_RANK_QUERY, FROM_EARLY_SEND
+from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
+from pdverify.properties.releases import (
+    DOMAIN,
+    FROM_DCP_PACK_LIMIT,
+    FROM_DEFERRED_ALLOCATION,
+    FROM_DP_RANK_QUERY,
+    FROM_EARLY_SEND,
+    FROM_SENDER_TRACING,
+)
 from pdverify.strategies import bootstrap_settings, prefill_cases
 from pdverify.targets import Target
 
@@ -120,6 +127,11 @@ def test_s19_dp_registration(target: Target, device: str, case: PrefillCase, set
     "request tracing, and a dummy decode rank registered beside the real one, change nothing the sender ships or "
     "reports (a dummy rank never sets the DCP pack limit, nor hides the real rank's)",
     needs=NEEDS,
+    clauses=(
+        # each is checked only where the release's sender reads it: before, the switch reaches no code
+        Clause("tracing", FROM_SENDER_TRACING, "a traced request ships and reports what an untraced one does"),
+        Clause("dummy_rank", FROM_DCP_PACK_LIMIT, "a dummy decode rank beside the real one changes nothing shipped"),
+    ),
     case=prefill_cases(),
     settings=bootstrap_settings(),
 )
@@ -129,14 +141,28 @@ def test_s20_tracing_is_transparent(
     case = replace(case, **settings)  # type: ignore[arg-type]
     if not (case.trace_requests or case.dummy_peer):
         case = replace(case, trace_requests=True)
-    note_event(f"tracing {case.trace_requests}, dummy rank {case.dummy_peer}")
-    traced = _run(target, case, device)
-    plain = _run(target, replace(case, trace_requests=False, dummy_peer=False), device)
-    assert _plain(traced.transfers) == _plain(plain.transfers), (
-        f"traced {_plain(traced.transfers)}, untraced {_plain(plain.transfers)}"
+    plain_case = replace(case, trace_requests=False, dummy_peer=False)
+    plain = _run(target, plain_case, device)
+    both = case.trace_requests and case.dummy_peer
+    if case.trace_requests and applies("tracing"):
+        note_event("S20 tracing")
+        _same_as_plain(_run(target, replace(plain_case, trace_requests=True), device), plain, "tracing")
+    if case.dummy_peer and applies("dummy_rank"):
+        note_event("S20 dummy rank")
+        _same_as_plain(_run(target, replace(plain_case, dummy_peer=True), device), plain, "a dummy rank")
+    if both and applies("tracing") and applies("dummy_rank"):
+        _same_as_plain(_run(target, case, device), plain, "tracing and a dummy rank")
+
+
+def _same_as_plain(got: PrefillTrace, plain: PrefillTrace, what: str) -> None:
+    """What the sender shipped and reported with ``what`` on (tracing, a dummy decode rank) is what it does
+    without."""
+    assert _plain(got.transfers) == _plain(plain.transfers), (
+        f"with {what} {_plain(got.transfers)}, without {_plain(plain.transfers)}"
     )
-    assert traced.statuses == plain.statuses and traced.registrations == plain.registrations, (
-        f"traced reports {traced.statuses} {traced.registrations}, untraced {plain.statuses} {plain.registrations}"
+    assert got.statuses == plain.statuses and got.registrations == plain.registrations, (
+        f"with {what} the sender reports {got.statuses} {got.registrations}, without {plain.statuses} "
+        f"{plain.registrations}"
     )
 
 
