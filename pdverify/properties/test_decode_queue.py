@@ -19,6 +19,7 @@ from pdverify.oracle.decode_queue import ExpectedPass, expected_pass
 from pdverify.properties.registry import Clause, applies, examples, note_event, prop, within_domain, within_release
 from pdverify.properties.releases import (
     BUDGET_READ_ONCE,
+    DECODE_PREFIXES,
     DOMAIN,
     FROM_BUDGET_REREAD,
     FROM_KV_TRANSPORT,
@@ -331,6 +332,7 @@ def _check_host(
     "after the pass exactly the admitted requests with a matched device prefix hold a radix lock: a request turned "
     "away after its match releases it (else its prefix stays pinned in the cache)",
     needs=NEEDS,
+    contract=DECODE_PREFIXES,  # decode's radix cache: before it no request matches a prefix, nothing takes a lock
     case=decode_queues(),
 )
 def test_q5_radix_locks(target: Target, device: str, case: DecodeQueueCase) -> None:
