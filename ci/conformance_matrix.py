@@ -19,7 +19,12 @@ reproduces on a release that ran, 2 on bad arguments, 0 otherwise.
 Then the release-to-release differential over the importable releases (``ci/release_diff.py``: ``diffs.md``,
 ``diffs.json``; ``--no-diff`` skips it): an unexplained behavioural difference fails the matrix too.
 
-Usage: ``python ci/conformance_matrix.py [VERSION ...] [--profile ci] [--jobs 2] [--reuse] [--no-diff]``.
+Then each finding's recorded examples, replayed where the finding is recorded and where it was fixed
+(``ci/replay_findings.py``: ``replays.md``; ``--no-replay`` skips it): an example that does not do what its record
+says fails the matrix as well.
+
+Usage: ``python ci/conformance_matrix.py [VERSION ...] [--profile ci] [--jobs 2] [--reuse] [--no-diff]
+[--no-replay]``.
 """
 
 from __future__ import annotations
@@ -386,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wheels", type=Path, default=None, help="a folder of sglang wheels (offline)")
     ap.add_argument("--triage", type=Path, default=TRIAGE_FILE)
     ap.add_argument("--no-diff", action="store_true", help="skip the release differential (ci/release_diff.py)")
+    ap.add_argument("--no-replay", action="store_true", help="skip the findings' replays (ci/replay_findings.py)")
     ap.add_argument("--diff-examples", type=int, default=40, help="the differential's inputs per unit")
     ap.add_argument(
         "--assemble",
@@ -412,11 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "rows.json").write_text(json.dumps(rows) + "\n")
     code = finish(rows, args, start)
     importable = [r["release"] for r in rows if r["importable"]]
+    sys.path.insert(0, str(ROOT / "ci"))
+    if not args.no_replay and importable:
+        # each finding's recorded examples fail where it is recorded and pass where it was fixed, whatever the
+        # generators drew (ci/replay_findings.py writes replays.md beside matrix.md)
+        import replay_findings
+
+        code = max(code, replay_findings.main([*importable, "--jobs", str(args.jobs), "--root", str(args.root),
+                                               "--out", str(args.out)]))  # fmt: skip
     if args.no_diff or len(importable) < 2:
         return code
     # every behavioural difference between adjacent releases is explained, or the matrix fails like an untriaged
     # failure (ci/release_diff.py writes diffs.md beside matrix.md)
-    sys.path.insert(0, str(ROOT / "ci"))
     import release_diff
 
     diff = release_diff.main([*importable, "--examples", str(args.diff_examples), "--jobs", str(args.jobs),
