@@ -44,8 +44,9 @@ def replay_release(release: str, root: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode not in (0, 1) or any(r["release"] != release for r in rows):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        why = f"the replay did not run on sglang {release}: {tail}"
         return [{"release": release, "finding": "-", "property": "-", "shape": "-", "expected": "-",
-                 "outcome": "error", "ok": False, "message": f"the replay did not run on sglang {release}: {tail}"}]  # fmt: skip
+                 "outcome": "error", "ok": False, "message": why}]  # fmt: skip
     return rows
 
 

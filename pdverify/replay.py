@@ -54,7 +54,7 @@ class FindingExample:
         out = {}
         for name, source in self.args.items():
             try:
-                out[name] = eval(source, dict(scope))  # noqa: S307 - the repository's own records, model names only
+                out[name] = eval(source, dict(scope))  # the repository's own records, over model names only
             except Exception as exc:
                 raise ValueError(f"{self.finding} ({self.shape}): argument {name!r} does not build: {exc}") from None
         return out
@@ -135,8 +135,8 @@ def replay(example: FindingExample, target: Any, expected: str) -> Replay:
         if finding.shows(full) and finding.explanation(example.property)(full, message):
             outcome = "reproduced"
         else:
-            others = [d.id for d in recorded(example.property, target)
-                      if d.id != example.finding and d.shows(full) and d.explanation(example.property)(full, message)]  # fmt: skip
+            explains = [d for d in recorded(example.property, target) if d.id != example.finding and d.shows(full)]
+            others = [d.id for d in explains if d.explanation(example.property)(full, message)]
             outcome = f"explained by {', '.join(others)}" if others else "failed"
         return Replay(example, release, expected, outcome, message.splitlines()[0] if message else "")
     except pytest.skip.Exception as exc:

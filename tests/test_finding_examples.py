@@ -1,0 +1,115 @@
+"""The findings' recorded examples (``findings/examples.json``) and their replay (``pdverify.replay``).
+
+The replays themselves run on the releases in the matrix (``ci/replay_findings.py``); here: every record is
+well-formed and inside its finding's signature, every finding has a production-shaped example (or is listed below
+with why not yet), and the replay tells a reproduced defect from a pass, a new failure and an input it cannot build.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdverify.findings import KNOWN
+from pdverify.replay import TRIAGE_FILE, FindingExample, due, fixed_release, load_examples, replay, replay_all
+from pdverify.targets import load_target
+from tests.user_targets import as_release_0_5_23, f2_and_a_second_defect, f2_as_released
+
+EXAMPLES = load_examples()
+TRIAGE = json.loads(TRIAGE_FILE.read_text())["triage"]
+
+AWAITING_EXAMPLE = {
+    finding: "a decode queue pass (DecodeQueueCase): its production-shaped example is still in the triage text only"
+    for finding in ("T3", "T11", "T14", "T15", "T16", "T17", "T18", "T19")
+} | {"F1": "decode's pre-allocation with a pending HiCache restore: replayed by findings/F1/repro.py, not here yet"}
+"""Findings whose production-shaped example is not yet a replayable record, and why."""
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"{e.finding}-{e.property}-{e.shape}")
+def test_an_example_is_its_findings_and_inside_its_signature(example: FindingExample) -> None:
+    finding = KNOWN[example.finding]
+    assert example.property in finding.properties(), f"{example.finding} is not observed by {example.property}"
+    assert any(r["id"] == example.finding and r["property"] == example.property for r in TRIAGE)
+    kwargs = example.kwargs()
+    assert finding.shows(kwargs), f"{example.finding}'s signature does not cover its own example"
+    assert example.flags.strip() and example.what.strip()
+
+
+def test_every_finding_has_a_production_example_or_says_why_not() -> None:
+    with_one = {e.finding for e in EXAMPLES if e.shape == "production"}
+    triaged = {r["id"] for r in TRIAGE}
+    missing = triaged - with_one - set(AWAITING_EXAMPLE)
+    assert not missing, f"findings with no production-shaped example: {sorted(missing)}"
+    stale = set(AWAITING_EXAMPLE) & with_one
+    assert not stale, f"listed as awaiting an example but recorded one: {sorted(stale)}"
+
+
+def test_the_fixed_release_is_read_from_the_triage() -> None:
+    assert fixed_release("T6", TRIAGE) == "0.5.23"
+    assert fixed_release("F2", TRIAGE) is None  # not fixed in any release here
+    with pytest.raises(KeyError, match="T999"):
+        fixed_release("T999", TRIAGE)
+
+
+def _f2_example() -> FindingExample:
+    return next(e for e in EXAMPLES if e.finding == "F2")
+
+
+def test_a_defect_as_released_is_reproduced() -> None:
+    r = replay(_f2_example(), f2_as_released, "reproduced")
+    assert (r.outcome, r.ok) == ("reproduced", True), r
+    assert r.message.startswith("digests [")
+
+
+def test_a_target_without_the_defect_passes_and_the_replay_says_it_did_not_reproduce() -> None:
+    fixed = as_release_0_5_23("pdverify", "user-f2-fixed")
+    r = replay(_f2_example(), fixed, "reproduced")
+    assert (r.outcome, r.ok) == ("passed", False), r
+
+
+def test_a_different_failure_is_not_the_findings() -> None:
+    f2 = _f2_example()  # with a decode prefix: the second defect digests from 0, the prefix included
+    with_prefix = FindingExample(
+        **{**vars(f2), "args": {"case": f2.args["case"].replace("decode_prefix=0", "decode_prefix=64")}}
+    )
+    r = replay(with_prefix, f2_and_a_second_defect, "reproduced")
+    assert r.outcome == "failed" and not r.ok, r
+
+
+def test_only_the_examples_a_release_concerns_are_replayed() -> None:
+    f2 = _f2_example()
+    assert due(f2, "0.5.23", TRIAGE) == "reproduced" and due(f2, "0.5.20", TRIAGE) is None
+    t6 = next(e for e in EXAMPLES if e.finding == "T6")
+    assert due(t6, "0.5.23", TRIAGE) == "fixed" and due(t6, "0.5.22", TRIAGE) == "reproduced"
+    assert [r.example.finding for r in replay_all(f2_as_released, [f2, t6], TRIAGE)] == ["F2", "T6"]
+    with pytest.raises(ValueError, match="not a release"):
+        replay_all(load_target("pdverify"), [f2], TRIAGE)
+
+
+def test_bad_records_are_refused_naming_the_entry(tmp_path: Path) -> None:
+    good = {"finding": "F2", "property": "S16", "shape": "production", "flags": "x", "what": "y",
+            "args": {"case": "PrefillCase(4, 4, 0, (0, 1, 2, 3), (4,))"}}  # fmt: skip
+    for bad, match in (({**good, "shape": "typical"}, "shape must be one of"), ({**good, "seed": 1}, "unknown"),
+                       ({k: v for k, v in good.items() if k != "flags"}, "missing \\['flags'\\]")):  # fmt: skip
+        path = tmp_path / "examples.json"
+        path.write_text(json.dumps({"examples": [bad]}))
+        with pytest.raises(ValueError, match=match):
+            load_examples(path)
+    broken = FindingExample("F2", "S16", "production", "x", "y", {"case": "PrefillCase(page_size=)"})
+    with pytest.raises(ValueError, match="argument 'case' does not build"):
+        broken.kwargs()
+
+
+def test_the_command_replays_what_concerns_the_target_and_exits_on_a_miss(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdverify.replay import main
+
+    assert main(["--target", "tests.user_targets:f2_as_released"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ok   0.5.23 F2 S16 production: expected reproduced, reproduced") for line in lines)
+    assert any(" T6 S16 production: expected fixed, passed" in line for line in lines), lines
+    assert main(["--target", "tests.user_targets:f2_and_a_second_defect", "--json"]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    t6 = next(r for r in rows if r["finding"] == "T6")  # the second defect is T6's: on its fixing release, a regression
+    assert (t6["expected"], t6["outcome"], t6["ok"]) == ("fixed", "reproduced", False), t6
