@@ -82,7 +82,8 @@ def generation_table() -> str | None:
 
 def matrix_table() -> str | None:
     """The matrix's verdicts (reports/matrix/releases.json, each release's ``verdict`` facts), consecutive
-    releases with the same verdict in one row, and the differential's summary (reports/matrix/diffs.json)."""
+    releases with the same verdict in one row, the differential's summary (reports/matrix/diffs.json) and the
+    findings' replays (reports/matrix/replays.json)."""
     path = ROOT / "reports" / "matrix" / "releases.json"
     diffs = ROOT / "reports" / "matrix" / "diffs.json"
     if not path.exists() or not diffs.exists():
@@ -107,6 +108,12 @@ def matrix_table() -> str | None:
         f"({summary['examples']} inputs per unit, {summary['wall_s']} s)"
     )
     rows += ["", f"{len(releases)} releases. Differential: {diff}."]
+    replays = ROOT / "reports" / "matrix" / "replays.json"
+    if replays.exists():
+        r = json.loads(replays.read_text())["summary"]
+        done = f"{r['not_as_recorded']} not as recorded ({r['wall_s']} s)"
+        rows[-1] += (f" Findings replayed: {r['replays']} replays of {r['findings']} findings' recorded examples "
+                     f"on {r['releases']} releases, {done}.")  # fmt: skip
     return "\n".join(rows)
 
 

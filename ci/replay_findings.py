@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['outcome']} | {'ok' if r['ok'] else '**NO**'} | {message} |")  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "replays.md").write_text("\n".join(md) + "\n")
-    (args.out / "replays.json").write_text(json.dumps(rows, indent=1) + "\n")
+    summary = {"replays": len(rows), "due": expected, "releases": len(releases), "not_as_recorded": len(bad),
+               "wall_s": round(wall), "findings": len({r["finding"] for r in rows if r["finding"] != "-"})}  # fmt: skip
+    (args.out / "replays.json").write_text(json.dumps({"summary": summary, "replays": rows}, indent=1) + "\n")
     for r in bad:
         print(f"REPLAY: sglang {r['release']}: {r['finding']} {r['property']} ({r['shape']}): expected "
               f"{r['expected']}, {r['outcome']}: {r['message'][:200]}", file=sys.stderr)  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from pdverify.model.exchange import (
     DEFERRED_ROOMS,
@@ -174,18 +175,27 @@ def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -
 
 
 def rank_splits(*, max_ranks: int = 4) -> st.SearchStrategy[tuple[str, int]]:
-    """How the prefill ranks of a request share its transfer: a mode of ``RANK_SPLITS`` and ``2..max_ranks``
-    ranks (a property runs every rank)."""
+    """How the prefill ranks of a request share its transfer: a mode of ``RANK_SPLITS`` the bound release has and
+    ``2..max_ranks`` ranks (a property runs every rank). A release with none of them (before attention CP, 0.5.10)
+    is never given one: drawing there raises ``InvalidArgument`` naming the release and the features."""
     check_int("max_ranks", max_ranks, minimum=2)
     return _rank_splits(max_ranks=max_ranks)
 
 
+def split_modes() -> list[str]:
+    """The modes of ``RANK_SPLITS`` the bound release has: KV cache sharding from 0.5.22 (#30501), attention CP's
+    (a dummy CP rank, all CP ranks sharing the transfer) from 0.5.10 (#19504, #19765)."""
+    return [m for m in RANK_SPLITS if DOMAIN.has("kv_cache_sharding" if m == "kv_shard" else "attention_cp")]
+
+
 @st.composite
 def _rank_splits(draw: st.DrawFn, *, max_ranks: int) -> tuple[str, int]:
-    # KV cache sharding came in 0.5.22 (#30501): an earlier release is never given it
-    modes = [m for m in RANK_SPLITS if m != "kv_shard" or DOMAIN.has("kv_cache_sharding")]
-    # attention CP's rank splits (a dummy CP rank, all CP ranks sharing the transfer) came in 0.5.10 (#19504, #19765)
-    modes = [m for m in modes if m == "kv_shard" or DOMAIN.has("attention_cp")] or modes
+    modes = split_modes()
+    if not modes:
+        raise InvalidArgument(
+            f"rank_splits: sglang {DOMAIN.release} has no way for prefill ranks to share a transfer (attention CP "
+            "from 0.5.10, KV cache sharding from 0.5.22): a property that draws it applies from FROM_ATTENTION_CP"
+        )
     return draw(st.sampled_from(modes)), draw(st.integers(2, max_ranks))
 
 

@@ -13,17 +13,23 @@ from pathlib import Path
 import pytest
 
 from pdverify.findings import KNOWN
-from pdverify.replay import TRIAGE_FILE, FindingExample, due, fixed_release, load_examples, replay, replay_all
+from pdverify.replay import (
+    EXAMPLES_FILE,
+    TRIAGE_FILE,
+    FindingExample,
+    due,
+    fixed_release,
+    load_examples,
+    replay,
+    replay_all,
+)
 from pdverify.targets import load_target
 from tests.user_targets import as_release_0_5_23, f2_and_a_second_defect, f2_as_released
 
 EXAMPLES = load_examples()
 TRIAGE = json.loads(TRIAGE_FILE.read_text())["triage"]
 
-AWAITING_EXAMPLE = {
-    finding: "a decode queue pass (DecodeQueueCase): its production-shaped example is still in the triage text only"
-    for finding in ("T3", "T11", "T14", "T15", "T16", "T17", "T18", "T19")
-} | {"F1": "decode's pre-allocation with a pending HiCache restore: replayed by findings/F1/repro.py, not here yet"}
+AWAITING_EXAMPLE: dict[str, str] = {}
 """Findings whose production-shaped example is not yet a replayable record, and why."""
 
 
@@ -102,14 +108,19 @@ def test_bad_records_are_refused_naming_the_entry(tmp_path: Path) -> None:
         broken.kwargs()
 
 
-def test_the_command_replays_what_concerns_the_target_and_exits_on_a_miss(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_replays_what_concerns_the_target_and_exits_on_a_miss(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from pdverify.replay import main
 
-    assert main(["--target", "tests.user_targets:f2_as_released"]) == 0
+    records = [e for e in json.loads(EXAMPLES_FILE.read_text())["examples"] if e["finding"] in ("F2", "T6")]
+    path = tmp_path / "examples.json"
+    path.write_text(json.dumps({"examples": records}))
+    assert main(["--target", "tests.user_targets:f2_as_released", "--examples", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("ok   0.5.23 F2 S16 production: expected reproduced, reproduced") for line in lines)
     assert any(" T6 S16 production: expected fixed, passed" in line for line in lines), lines
-    assert main(["--target", "tests.user_targets:f2_and_a_second_defect", "--json"]) == 1
+    assert main(["--target", "tests.user_targets:f2_and_a_second_defect", "--examples", str(path), "--json"]) == 1
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     t6 = next(r for r in rows if r["finding"] == "T6")  # the second defect is T6's: on its fixing release, a regression
     assert (t6["expected"], t6["outcome"], t6["ok"]) == ("fixed", "reproduced", False), t6

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from packaging.version import InvalidVersion
 
 from pdverify.production import page_index
@@ -174,19 +176,46 @@ def test_prefill_cases_draw_only_the_release_domain(release_domain: Any, release
     release_domain(release)
     used: set[str] = set()
 
+    splits = rank_splits() if "attention_cp" not in absent else st.none()  # none to draw before attention CP
+
     @settings(max_examples=300, database=None, derandomize=True)
-    @given(case=prefill_cases(), split=rank_splits(), settings_=bootstrap_settings())
-    def draw(case: Any, split: tuple[str, int], settings_: dict[str, Any]) -> None:
-        case = replace(case, rank_split=(split[0], 0, split[1]), attention_dp=settings_["attention_dp"])
+    @given(case=prefill_cases(), split=splits, settings_=bootstrap_settings())
+    def draw(case: Any, split: tuple[str, int] | None, settings_: dict[str, Any]) -> None:
+        if split is not None:
+            case = replace(case, rank_split=(split[0], 0, split[1]))
+        case = replace(case, attention_dp=settings_["attention_dp"])
         features = set(case.input_features())
-        # the rank splits fall back to attention CP's where the release has none: S17's contract keeps them out
-        assert not features & (set(absent) - {"attention_cp"}), (release, features & set(absent), case)
+        assert not features & set(absent), (release, features & set(absent), case)
         if "state_lists" in absent:  # before the per-type lists: at most one state type, SWA or DSA
             assert case.state_types in ((), ("SWA",), ("DSA",)), (release, case.state_types)
         used.update(features)
 
     draw()
     assert set(PREFILL_FEATURES) - set(absent) <= used, (release, set(PREFILL_FEATURES) - set(absent) - used)
+
+
+@pytest.mark.parametrize(("release", "modes"), [("0.5.9", None), ("0.5.10", {"cp_rank0", "cp_all"}),
+                                               ("0.5.22", {"cp_rank0", "cp_all", "kv_shard"})])  # fmt: skip
+def test_rank_splits_only_where_ranks_share_a_transfer(release_domain: Any, release: str,
+                                                       modes: set[str] | None) -> None:  # fmt: skip
+    """Prefill ranks share a request's transfer only with attention CP (0.5.10) or KV cache sharding (0.5.22): an
+    earlier release is never given a split, and drawing one there is an error that names the release."""
+    from pdverify.strategies import rank_splits
+
+    release_domain(release)
+    seen: set[str] = set()
+
+    @settings(max_examples=60, database=None, derandomize=True)
+    @given(split=rank_splits())
+    def draw(split: tuple[str, int]) -> None:
+        seen.add(split[0])
+
+    if modes is None:
+        with pytest.raises(InvalidArgument, match=f"sglang {release} has no way for prefill ranks to share"):
+            draw()
+    else:
+        draw()
+        assert seen == modes, (release, seen)
 
 
 @pytest.mark.parametrize(("release", "unaligned"), [("0.5.16", False), ("0.5.17", True), (None, True)])
