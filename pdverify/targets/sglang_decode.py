@@ -581,16 +581,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     Real: ``pop_preallocated`` (priority sort, abort scan, admission loop), ``_pre_alloc``, the paged allocator,
     ``DecodeReqToTokenPool`` with ``request_rows`` free rows, ``ReqToMetadataIdxAllocator`` with
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
-    the LoRA manager's own ``validate_lora_batch`` and the staging handler's ``register_decode_req``
-    (``_staging``), and the full-side budget (``_allocatable_token_budgets``, ``_allocatable_tokens`` to 0.5.11:
-    the release's own, over the real allocator and the running batch, shifted by a constant to start at the case's
-    budget - ``_release_budget``). Stand-ins: the SWA budget (``_swa_tail_allocatable_token_budget``: the case's SWA
-    budget less the SWA pages and headroom this pass committed), the radix match (``_match_prefix_and_lock``: the
-    request's prefix pages, locked in a lock book whose ``unlock`` the real code calls), the output streamer and the
-    KV receivers (they record),
-    and ``Scheduler.can_schedule_lora_req`` with 0.5.23's rule (an adapter already loaded is admitted, else the
-    LoRA manager validates the batch with it; the scheduler module needs server packages the conformance
-    environment does not install).
+    the LoRA gate - ``Scheduler.can_schedule_lora_req`` (0.5.20 on) over the duck scheduler and the LoRA manager's
+    own ``validate_lora_batch``, bound to a manager of the case's ``max_loras_per_batch`` - the staging handler's
+    ``register_decode_req`` (``_staging``), and the full-side budget (``_allocatable_token_budgets``,
+    ``_allocatable_tokens`` to 0.5.11: the release's own, over the real allocator and the running batch, shifted by a
+    constant to start at the case's budget - ``_release_budget``). Stand-ins: the SWA budget
+    (``_swa_tail_allocatable_token_budget``: the case's SWA budget less the SWA pages and headroom this pass
+    committed), the radix match (``_match_prefix_and_lock``: the request's prefix pages, locked in a lock book whose
+    ``unlock`` the real code calls), the output streamer and the KV receivers (they record).
     """
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
@@ -728,11 +726,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             return _prefix_match(torch.tensor(locations, dtype=torch.int64), 0)
 
     lora_manager = SimpleNamespace(max_loras_per_batch=case.max_loras or 1, num_pinned_loras=0)
+    lora_manager.validate_lora_batch = types.MethodType(LoRAManager.validate_lora_batch, lora_manager)
 
     def can_schedule_lora_req(req: Any, running_loras: set[Any]) -> bool:
-        if req.lora_id in running_loras:
-            return True
-        return bool(LoRAManager.validate_lora_batch(cast(Any, lora_manager), {req.lora_id} | running_loras))
+        """SGLang's own ``Scheduler.can_schedule_lora_req`` on the duck scheduler (no drainer, no overlap loading:
+        the LoRA manager validates the batch with the request's adapter). Its module is imported at the first call,
+        which only a release whose ``pop_preallocated`` gates admission on it makes (#39332, 0.5.20 on)."""
+        scheduler_class = importlib.import_module("sglang.srt.managers.scheduler").Scheduler
+        return bool(scheduler_class.can_schedule_lora_req(q.scheduler, req, running_loras))
 
     def stream_output(reqs: Any, logprob: Any) -> None:
         streamed.extend(r.rid for r in reqs)
@@ -753,11 +754,15 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         schedule_low_priority_values_first=case.priority_order == "low_first",
         enable_lora=case.max_loras is not None,
         can_schedule_lora_req=can_schedule_lora_req,
+        lora_drainer=None,
+        enable_lora_overlap_loading=False,
         output_streamer=SimpleNamespace(stream_output=stream_output),
         stream_output=stream_output,  # the scheduler's own method to 0.5.12 (its output_streamer from 0.5.13)
         enable_decode_hicache=case.radix,
         sliding_window_size=case.window if case.swa_free_pages is not None else None,
-        tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
+        tp_worker=SimpleNamespace(
+            is_hybrid_swa=case.swa_free_pages is not None, model_runner=SimpleNamespace(lora_manager=lora_manager)
+        ),
         # the budget reads it to 0.5.10 (is_hybrid to 0.5.6.post2)
         model_config=SimpleNamespace(
             is_hybrid_swa=case.swa_free_pages is not None, is_hybrid=case.swa_free_pages is not None
