@@ -118,20 +118,36 @@ def run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def release_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a script run over the releases' environments: the releases, jobs, where the environments
+    are and where the reports go."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("releases", nargs="*", help="default: every release in ci/sglang-releases.txt")
-    ap.add_argument("--examples", type=int, default=40, help="inputs per unit and corpus")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--root", type=Path, default=ROOT / ".sglang-releases")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def chosen_releases(asked: list[str]) -> list[str] | None:
+    """The releases asked for (every one with PD code when none is), oldest first; None, said on stderr, when one
+    is not a release with PD code."""
     known = all_releases()
-    unknown = [r for r in args.releases if r not in known]
+    unknown = [r for r in asked if r not in known]
     if unknown:
         print(f"not a release with PD code (ci/sglang-releases.txt): {', '.join(unknown)}", file=sys.stderr)
+        return None
+    return sorted(asked or known, key=known.index)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = release_parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--examples", type=int, default=40, help="inputs per unit and corpus")
+    args = ap.parse_args(argv)
+    releases = chosen_releases(args.releases)
+    if releases is None:
         return 2
-    releases = sorted(args.releases or known, key=known.index)
+    known = all_releases()
     if len(releases) < 2:
         print("the differential needs two releases or more", file=sys.stderr)
         return 2

@@ -13,7 +13,6 @@ environment's python (``.venv-sglang/bin/python``), after the releases' environm
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,13 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "ci"))
+
+from release_diff import chosen_releases, release_parser  # noqa: E402
+
 from pdverify.replay import TRIAGE_FILE, due, load_examples  # noqa: E402
-
-RELEASES_FILE = ROOT / "ci" / "sglang-releases.txt"
-
-
-def all_releases() -> list[str]:
-    return [ln.strip() for ln in RELEASES_FILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def replay_release(release: str, root: Path) -> list[dict[str, Any]]:
@@ -51,20 +48,13 @@ def replay_release(release: str, root: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("releases", nargs="*", help="default: every release in ci/sglang-releases.txt")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--root", type=Path, default=ROOT / ".sglang-releases")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
-    args = ap.parse_args(argv)
-    known = all_releases()
-    unknown = [r for r in args.releases if r not in known]
-    if unknown:
-        print(f"not a release with PD code (ci/sglang-releases.txt): {', '.join(unknown)}", file=sys.stderr)
+    args = release_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    asked = chosen_releases(args.releases)
+    if asked is None:
         return 2
     triage = json.loads(TRIAGE_FILE.read_text())["triage"]
     examples = load_examples()
-    releases = [r for r in (args.releases or known) if any(due(e, r, triage) for e in examples)]
+    releases = [r for r in asked if any(due(e, r, triage) for e in examples)]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = [row for rel in pool.map(lambda r: replay_release(r, args.root), releases) for row in rel]

@@ -726,7 +726,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             return _prefix_match(torch.tensor(locations, dtype=torch.int64), 0)
 
     lora_manager = SimpleNamespace(max_loras_per_batch=case.max_loras or 1, num_pinned_loras=0)
-    lora_manager.validate_lora_batch = types.MethodType(LoRAManager.validate_lora_batch, lora_manager)
+    if hasattr(LoRAManager, "validate_lora_batch"):  # the releases whose gate reads it (0.5.20 on) all have it
+        lora_manager.validate_lora_batch = types.MethodType(LoRAManager.validate_lora_batch, lora_manager)
 
     def can_schedule_lora_req(req: Any, running_loras: set[Any]) -> bool:
         """SGLang's own ``Scheduler.can_schedule_lora_req`` on the duck scheduler (no drainer, no overlap loading:
