@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +12,7 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from pdverify.ledger import LedgerError, TransferLedger, measure
+from pdverify.ledger.ledger import _profile_span
 from pdverify.legacy import page_index as legacy
 from pdverify.production import page_index as prod
 from pdverify.production.prebuilt import async_h2d
@@ -93,3 +97,37 @@ def test_profile_without_cuda() -> None:
 def test_describe_names_the_numbers() -> None:
     _, led = measure("cpu", legacy.kv_to_page_indices, torch.arange(10, dtype=torch.int32), 4)
     assert "D2H 1 copies / 10 elements / 40 B" in led.describe()
+
+
+def test_profile_span_reads_the_events_after_the_profiler_stops() -> None:
+    """The cross-check's profiler is read once it has stopped: read inside the span, its event list is empty
+    (the first H200 run compared every ledger with zero profiled memcpys). Shown on CPU with the CPU activity."""
+    seen: list[list[str]] = []
+    order: list[str] = []
+    with ExitStack() as stack:
+        _profile_span(
+            stack,
+            torch.profiler.ProfilerActivity.CPU,
+            lambda events: seen.append([e.name for e in events]),
+            lambda: order.append("synchronize"),
+        )
+        torch.ones(3) + 1  # an operation for the profiler to record
+        assert not seen
+    assert order == ["synchronize"]
+    assert len(seen) == 1 and "aten::add" in seen[0]
+
+
+def test_profile_counts_memcpys_and_refuses_an_empty_trace() -> None:
+    led = TransferLedger("cpu")
+    with led:
+        prod.kv_to_page_indices(torch.arange(64, dtype=torch.int64), 16)
+    led._read_profile([SimpleNamespace(name=n) for n in ("Memcpy DtoH (Device -> Pageable)", "aten::slice")])
+    assert led.profiled == {"D2H": 1, "H2D": 0} and led.profiled_events == 2
+    assert led.cross_check() is None
+    led._read_profile([SimpleNamespace(name="Memcpy HtoD (Pageable -> Device)")])
+    assert led.cross_check() == "ledger {'D2H': 1, 'H2D': 0} != CUDA profiler {'D2H': 0, 'H2D': 1}"
+    led._read_profile([])
+    assert led.cross_check() == (
+        f"the CUDA profiler recorded no events while the ledger saw {len(led.launches)} launches"
+    )
+    assert led.launches

@@ -44,7 +44,8 @@ def _run() -> int:  # pragma: no cover - cuda-only
                 call()
             verdict = led.cross_check()
             bad += verdict is not None
-            print(f"{name:<9}{label:<22}{led.describe()} | profiler {led.profiled} | {verdict or 'agree'}")
+            profiled = f"profiler {led.profiled} of {led.profiled_events} events"
+            print(f"{name:<9}{label:<22}{led.describe()} | {profiled} | {verdict or 'agree'}")
         out = run_prepare_for_prebuilt(target, batch, "cuda", measure=True)
         print(f"{name:<9}{'prepare_for_prebuilt':<22}{out.ledger.describe()}")
     return 1 if bad else 0
