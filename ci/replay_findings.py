@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "ci"))
 
 from release_diff import chosen_releases, release_parser  # noqa: E402
 
-from pdverify.replay import TRIAGE_FILE, due, load_examples  # noqa: E402
+from pdverify.replay import TRIAGE_FILE, due, fixed_releases, load_examples  # noqa: E402
 
 
 def replay_release(release: str, root: Path) -> list[dict[str, Any]]:
@@ -52,14 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     asked = chosen_releases(args.releases)
     if asked is None:
         return 2
-    triage = json.loads(TRIAGE_FILE.read_text())["triage"]
+    fixed = fixed_releases(json.loads(TRIAGE_FILE.read_text())["triage"])
     examples = load_examples()
-    releases = [r for r in asked if any(due(e, r, triage) for e in examples)]
+    due_on = {r: sum(1 for e in examples if due(e, r, fixed)) for r in asked}  # each release's due replays, once
+    releases = [r for r in asked if due_on[r]]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = [row for rel in pool.map(lambda r: replay_release(r, args.root), releases) for row in rel]
     wall = time.perf_counter() - start
-    expected = sum(1 for r in releases for e in examples if due(e, r, triage))
+    expected = sum(due_on.values())
     bad = [r for r in rows if not r["ok"]]
     md = [
         "# Findings replayed",

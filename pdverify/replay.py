@@ -76,18 +76,29 @@ def load_examples(path: Path = EXAMPLES_FILE) -> list[FindingExample]:
     return out
 
 
-def fixed_release(finding: str, triage: list[dict[str, Any]]) -> str | None:
-    """The first release that no longer has ``finding`` (the first word of its triage rows' ``first_fixed``), or
-    None where no release has fixed it."""
+def fixed_releases(triage: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Each triaged finding's first release without it (the first word of its first row's ``first_fixed``), None
+    where no release has fixed it: built once per run, every example's ``due`` reads it."""
+    out: dict[str, str | None] = {}
     for row in triage:
-        if row["id"] == finding:
-            word = str(row.get("first_fixed") or "").split(" ", 1)[0]
-            try:
-                Version(word)
-            except InvalidVersion:
-                return None
-            return word
-    raise KeyError(f"finding {finding} has no triage row")
+        if row["id"] in out:
+            continue
+        word = str(row.get("first_fixed") or "").split(" ", 1)[0]
+        try:
+            Version(word)
+        except InvalidVersion:
+            out[row["id"]] = None
+        else:
+            out[row["id"]] = word
+    return out
+
+
+def fixed_release(finding: str, triage: list[dict[str, Any]]) -> str | None:
+    """The first release that no longer has ``finding``, None where none has fixed it (``KeyError`` if untriaged)."""
+    fixed = fixed_releases(triage)
+    if finding not in fixed:
+        raise KeyError(f"finding {finding} has no triage row")
+    return fixed[finding]
 
 
 @dataclass(frozen=True)
@@ -150,14 +161,17 @@ def replay(example: FindingExample, target: Any, expected: str) -> Replay:
     return Replay(example, release, expected, "passed", "")
 
 
-def due(example: FindingExample, release: str, triage: list[dict[str, Any]]) -> str | None:
+def due(example: FindingExample, release: str, fixed: dict[str, str | None]) -> str | None:
     """What ``example`` must do on ``release``: ``reproduced`` where its finding is recorded for the release on the
-    example's property, ``fixed`` on the release that fixed it, None elsewhere (not replayed)."""
+    example's property, ``fixed`` on the release that fixed it (``fixed``: ``fixed_releases(triage)``), None
+    elsewhere (not replayed)."""
     from pdverify.findings import KNOWN
 
     if release in KNOWN[example.finding].releases_for(example.property):
         return "reproduced"
-    if release == fixed_release(example.finding, triage):
+    if example.finding not in fixed:
+        raise KeyError(f"finding {example.finding} has no triage row")
+    if release == fixed[example.finding]:
         return "fixed"
     return None
 
@@ -167,9 +181,10 @@ def replay_all(target: Any, examples: list[FindingExample], triage: list[dict[st
     release = getattr(target, "release", None)
     if release is None:
         raise ValueError(f"target {getattr(target, 'name', target)!r} is not a release: nothing to replay against")
+    fixed = fixed_releases(triage)
     out = []
     for example in examples:
-        expected = due(example, release, triage)
+        expected = due(example, release, fixed)
         if expected is not None:
             out.append(replay(example, target, expected))
     return out

@@ -8,6 +8,7 @@ with why not yet), and the replay tells a reproduced defect from a pass, a new f
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from pdverify.replay import (
     FindingExample,
     due,
     fixed_release,
+    fixed_releases,
     load_examples,
     replay,
     replay_all,
@@ -28,6 +30,7 @@ from tests.user_targets import as_release_0_5_23, f2_and_a_second_defect, f2_as_
 
 EXAMPLES = load_examples()
 TRIAGE = json.loads(TRIAGE_FILE.read_text())["triage"]
+FIXED = fixed_releases(TRIAGE)
 
 AWAITING_EXAMPLE: dict[str, str] = {}
 """Findings whose production-shaped example is not yet a replayable record, and why."""
@@ -86,9 +89,9 @@ def test_a_different_failure_is_not_the_findings() -> None:
 
 def test_only_the_examples_a_release_concerns_are_replayed() -> None:
     f2 = _f2_example()
-    assert due(f2, "0.5.23", TRIAGE) == "reproduced" and due(f2, "0.5.20", TRIAGE) is None
+    assert due(f2, "0.5.23", FIXED) == "reproduced" and due(f2, "0.5.20", FIXED) is None
     t6 = next(e for e in EXAMPLES if e.finding == "T6")
-    assert due(t6, "0.5.23", TRIAGE) == "fixed" and due(t6, "0.5.22", TRIAGE) == "reproduced"
+    assert due(t6, "0.5.23", FIXED) == "fixed" and due(t6, "0.5.22", FIXED) == "reproduced"
     assert [r.example.finding for r in replay_all(f2_as_released, [f2, t6], TRIAGE)] == ["F2", "T6"]
     with pytest.raises(ValueError, match="not a release"):
         replay_all(load_target("pdverify"), [f2], TRIAGE)
@@ -124,3 +127,26 @@ def test_the_command_replays_what_concerns_the_target_and_exits_on_a_miss(
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     t6 = next(r for r in rows if r["finding"] == "T6")  # the second defect is T6's: on its fixing release, a regression
     assert (t6["expected"], t6["outcome"], t6["ok"]) == ("fixed", "reproduced", False), t6
+
+
+PRODUCTION_PASSAGE = re.compile(
+    r"Production-shaped \((.*?); replayed from findings/examples\.json[^)]*\): (.*?)\.?$", re.S
+)
+
+
+def test_triage_production_passages_are_the_recorded_examples() -> None:
+    """A triage row that quotes its finding's production-shaped example quotes the record the replays run (flags
+    and description), so the two cannot drift apart; a quoted example with no record is refused."""
+    records = {(e.finding, e.flags, e.what.rstrip(".")) for e in load_examples() if e.shape == "production"}
+    quoted = 0
+    for row in TRIAGE:
+        at = row["what"].find("Production-shaped (")
+        if at < 0:
+            continue
+        match = PRODUCTION_PASSAGE.match(row["what"][at:])
+        assert match, f"{row['id']} {row['property']}: a production-shaped passage not in the recorded form"
+        assert (row["id"], match.group(1), match.group(2)) in records, (
+            f"{row['id']} {row['property']}: the quoted production example is not the one in findings/examples.json"
+        )
+        quoted += 1
+    assert quoted >= 11
