@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pdverify.model.checksum import ChecksumCase
 from pdverify.model.exchange import PrefillCase
 from pdverify.oracle.prefill_exchange import early_send_waits
 
@@ -413,14 +414,38 @@ def _t5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _t6_shows(kwargs: Mapping[str, Any]) -> bool:
-    """The KV checksum on (not a health check) with a decode prefix."""
+    """The KV checksum on (not a health check) with a decode prefix: a prefill case, or X2's handoff."""
     case = kwargs.get("case")
+    if isinstance(case, ChecksumCase):
+        return case.decode_prefix > 0
     return (
         case is not None
         and getattr(case, "kv_checksum", False)
         and not getattr(case, "health_check", False)
         and case.decode_prefix > 0
     )
+
+
+def _t6_explains_x2(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when prefill's digest reads its pages of ``[0, n)``, the prefix it never sent included."""
+    case = kwargs["case"]
+    return message.startswith(f"prefill's digest read pages {list(case.prefill_pages)}, not the pages it sent")
+
+
+def _f3_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A rebootstrap whose kept outputs reach a page past the prompt's last one (within it, the two digests read the
+    same pages)."""
+    case = kwargs.get("case")
+    if not isinstance(case, ChecksumCase) or not case.rebootstrap:
+        return False
+    return -(-case.length // case.page_size) > -(-case.prompt // case.page_size)
+
+
+def _f3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when decode's digest reads only its pages of the prompt, ``[0, len(origin_input_ids))``."""
+    case = kwargs["case"]
+    prompt_pages = list(case.decode_pages[: -(-case.prompt // case.page_size)])
+    return message.startswith(f"decode's digest read pages {prompt_pages}, not the pages the transfer landed on")
 
 
 def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -1196,6 +1221,8 @@ KNOWN: dict[str, KnownDefect] = {
             "never sent included (fixed in 0.5.23)",
             _t6_shows,
             _t6_explains,
+            also=("X2",),
+            explains_also=_t6_explains_x2,
         ),
         KnownDefect(
             "T7",
@@ -1246,6 +1273,16 @@ KNOWN: dict[str, KnownDefect] = {
             "the KV checksum digests the untranslated (virtual) page ids on a unified-memory pool",
             _f2_shows,
             _f2_explains,
+        ),
+        KnownDefect(
+            "F3",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22", "0.5.23"),
+            "with the KV checksum on, decode verifies a PD-rebootstrapped request over its prompt alone while prefill "
+            "recomputed, sent and digested prompt + kept outputs: a byte-exact transfer is rejected",
+            _f3_shows,
+            _f3_explains,
         ),
     )
 }

@@ -5,6 +5,7 @@ Import as ``from pdverify.strategies import paged_rows, batches``; every strateg
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
+from pdverify.strategies.checksum import checksum_cases
 from pdverify.strategies.exchange import (
     bootstrap_settings,
     decode_cases,
@@ -35,6 +36,7 @@ __all__ = [
     "batches",
     "bootstrap_cases",
     "bootstrap_settings",
+    "checksum_cases",
     "chunk_schedules",
     "decode_cases",
     "decode_queues",

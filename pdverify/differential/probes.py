@@ -144,6 +144,7 @@ def _catalogue() -> dict[str, Probe]:
         Probe("decode_prealloc", fixed(case=s.decode_cases()), _case("decode_prealloc")),
         Probe("decode_queue", fixed(case=s.decode_queues()), _case("decode_queue")),
         Probe("wire_roundtrip", _wire_inputs, _wire),
+        Probe("kv_checksum", fixed(case=s.checksum_cases()), _case("kv_checksum")),
     ]  # fmt: skip
     return {p.unit: p for p in probes}
 

@@ -267,6 +267,7 @@ FEATURES: dict[str, Contract] = {
     "state:BLOCK_SCALE_SWA": FROM_BLOCK_SCALE_STATE,
     "state:QSA_COMPRESSED": FROM_QSA_STATE,
     "kv_checksum": FROM_KV_CHECKSUM,
+    "rebootstrap": FROM_REBOOTSTRAP,
     "dcp_pack_limit": FROM_DCP_PACK_LIMIT,
     "swa_decode_prefix": FROM_SWA_DECODE_PREFIX,
     "dsv4_decode_prefix": FROM_DSV4_DECODE_PREFIX,

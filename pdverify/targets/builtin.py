@@ -7,6 +7,7 @@ from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
 from pdverify.production import (
+    checksum,
     decode_prealloc,
     decode_queue,
     fast,
@@ -42,6 +43,7 @@ def pdverify_target() -> Target:
         decode_prealloc=decode_prealloc.decode_prealloc,
         decode_queue=decode_queue.decode_queue,
         wire_roundtrip=wire.wire_roundtrip,
+        kv_checksum=checksum.kv_checksum,
         layout="sglang-0.5.23",
         sampling_info_path=_PDV_SAMPLING,
     )
@@ -64,6 +66,7 @@ def legacy_target() -> Target:
         decode_prealloc=None,
         decode_queue=None,
         wire_roundtrip=None,
+        kv_checksum=None,
         layout="sglang-pr35070",
     )
 

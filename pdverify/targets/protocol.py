@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from pdverify.model.checksum import ChecksumCase, ChecksumTrace
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
@@ -121,6 +122,12 @@ class WireRoundtrip(Protocol):
     ) -> WireMessage: ...
 
 
+class KvChecksum(Protocol):
+    """One request's KV handoff with the KV checksum on: prefill's digest, the transfer, decode's verification."""
+
+    def __call__(self, case: ChecksumCase, device: str, /) -> ChecksumTrace: ...
+
+
 PrebuiltFn = Callable[[Any], None]
 """``prepare_for_prebuilt(batch)`` on a duck-typed batch whose attribute names follow the target's layout."""
 
@@ -131,6 +138,7 @@ SCHEDULER_UNITS: tuple[str, ...] = (
     "decode_prealloc",
     "decode_queue",
     "wire_roundtrip",
+    "kv_checksum",
 )
 """The scheduler-level units: each runs a request through the scheduler's own PD code (a driver), not one
 function."""
@@ -184,6 +192,7 @@ class Target:
     decode_prealloc: DecodePrealloc | None = None
     decode_queue: DecodeQueue | None = None
     wire_roundtrip: WireRoundtrip | None = None
+    kv_checksum: KvChecksum | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None
     package: str = "pdverify"

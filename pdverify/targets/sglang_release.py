@@ -149,6 +149,15 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 (``_allocatable_token_budgets`` and the SWA side's ``_swa_tail_allocatable_token_budget``, less what the pass
 committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
 ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
+KV_CHECKSUM_FROM = "0.5.21"
+"""The first release with the PD KV checksum (``--disaggregation-enable-kv-checksum``, #39500), and so with the
+``kv_checksum`` unit (X2): before it there is no such code. The driver meets 0.5.21's chunk end
+(``extend_range.end``), 0.5.21-0.5.22's two-argument ``set_kv_checksum`` and decode's ``all_reduce_flags`` where the
+release has it."""
+ABSENT_BEFORE: dict[str, tuple[str, str]] = {
+    "kv_checksum": (KV_CHECKSUM_FROM, "the PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
+}
+"""Units whose code a release before the given one does not have at all (not a form without a driver)."""
 EARLIER_FORM: dict[str, str] = {}
 """Why a unit has no driver before its driver's first release: the form the release's code has there (none left:
 every unit is driven on every release that has it)."""
@@ -286,6 +295,10 @@ def sglang_release_target() -> Target:
                      f"are placeholders that move nothing; Mooncake's came in {KV_TRANSPORT_FROM})")
                 )  # fmt: skip
                 continue
+            if unit in ABSENT_BEFORE and version < Version(ABSENT_BEFORE[unit][0]):
+                first, what = ABSENT_BEFORE[unit]
+                sources.append((unit, f"sglang {release} has no {what}: it came in {first}"))
+                continue
             if version < Version(since[unit]):
                 why = EARLIER_FORM.get(unit, "")
                 sources.append(
@@ -296,6 +309,7 @@ def sglang_release_target() -> Target:
             supply(unit, (driver, f"{driver.__module__}.{driver.__name__} (drives sglang {release}'s own methods)"), "")
 
     def scheduler_drivers() -> tuple[Any, ...]:
+        from pdverify.targets.sglang_checksum import sglang_kv_checksum
         from pdverify.targets.sglang_decode import sglang_decode_prealloc, sglang_decode_queue
         from pdverify.targets.sglang_prefill import sglang_bootstrap, sglang_kv_sender, sglang_prefill_exchange
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
@@ -307,6 +321,7 @@ def sglang_release_target() -> Target:
             sglang_decode_prealloc,
             sglang_decode_queue,
             sglang_wire_roundtrip,
+            sglang_kv_checksum,
         )
 
     def sender_drivers() -> tuple[Any, ...]:
@@ -327,6 +342,7 @@ def sglang_release_target() -> Target:
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
         "decode_prealloc": DECODE_PREALLOC_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
+        "kv_checksum": KV_CHECKSUM_FROM,
     }
     drive(SCHEDULER_UNITS, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")

@@ -1,0 +1,106 @@
+"""The PD KV checksum end to end (``--disaggregation-enable-kv-checksum``, SGLang 0.5.21 on): one request's KV
+handed from prefill to decode, digested on both sides and verified by decode.
+
+Prefill's last send digests the pages of the request's row it sends and writes the digest into the request's
+metadata; the transfer copies each sent page, whole, onto decode's destination page for it; decode commits the
+transfer, digests its own row's pages over the same range and aborts the request when the digests differ. The
+range is ``[D, n)``: ``D`` the page-aligned prefix decode's tree already holds (never sent, never digested; 0 for a
+rebootstrap, which skips the radix match), ``n`` the tokens prefill computed - the prompt, or for a PD rebootstrap
+(``pause_generation(mode="retract")``) the prompt plus the outputs decode kept (the boundary token is popped and
+replayed on decode, ``Scheduler.pause_generation``).
+
+A ``ChecksumCase`` is that request: the page size, the prompt, the prefix, whether it is a rebootstrap and how many
+outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``). A ``ChecksumTrace`` is what
+happened: the pages each digest read (as the registered KV buffer is addressed: one item per page), the pages
+prefill sent and decode's destinations, and decode's verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdverify.validation import require_int, require_page_size
+
+
+@dataclass(frozen=True)
+class ChecksumCase:
+    page_size: int
+    prompt: int
+    """Tokens of the request's prompt (``origin_input_ids``), at least one."""
+    prefill_pages: tuple[int, ...]
+    """Prefill's row: the page holding each logical page of ``[0, n)``; distinct, never page 0 (the padding
+    page)."""
+    decode_pages: tuple[int, ...]
+    """Decode's row, likewise."""
+    chunk_ends: tuple[int, ...]
+    """Where prefill's chunks end: increasing, within ``[1, n]``, the last ``n``. A chunk sends its whole pages past
+    what was sent (from ``D``), the last one the rest, and digests ``[D, n)``."""
+    decode_prefix: int = 0
+    """``D``: the page-aligned prefix decode's radix cache holds and promised at bootstrap, ``D <= prompt``; 0 for a
+    rebootstrap."""
+    rebootstrap: bool = False
+    """A PD rebootstrap: decode retracted the request after it had emitted outputs; prefill recomputes prompt +
+    ``outputs`` tokens."""
+    outputs: int = 0
+    """The outputs decode kept at the retraction (its ``output_ids`` after the boundary token is popped); 0 unless a
+    rebootstrap."""
+
+    def __post_init__(self) -> None:
+        require_page_size(self.page_size)
+        require_int("prompt", self.prompt, minimum=1)
+        require_int("decode_prefix", self.decode_prefix, minimum=0)
+        require_int("outputs", self.outputs, minimum=0)
+        if not isinstance(self.rebootstrap, bool):
+            raise TypeError(f"rebootstrap must be a bool, got {self.rebootstrap!r}")
+        if self.decode_prefix > self.prompt or self.decode_prefix % self.page_size:
+            raise ValueError(
+                f"decode_prefix={self.decode_prefix} must be a multiple of page_size={self.page_size} within the "
+                f"prompt ({self.prompt} tokens): decode's tree promises whole pages of the prompt"
+            )
+        if self.rebootstrap and self.decode_prefix:
+            raise ValueError("a rebootstrap has decode_prefix 0: pop_preallocated skips the radix match for it")
+        if self.outputs and not self.rebootstrap:
+            raise ValueError(f"outputs={self.outputs} without a rebootstrap: prefill computes only the prompt")
+        ends = self.chunk_ends
+        if not ends or list(ends) != sorted(set(ends)) or ends[0] < 1 or ends[-1] != self.length:
+            raise ValueError(f"chunk_ends={ends} must increase within [1, {self.length}] and end at n={self.length}")
+        pages = -(-self.length // self.page_size)
+        for side in ("prefill_pages", "decode_pages"):
+            row = getattr(self, side)
+            if len(row) != pages:
+                raise ValueError(f"{side} holds {len(row)} pages; [0, {self.length}) at page size "
+                                 f"{self.page_size} takes {pages}")  # fmt: skip
+            if len(set(row)) != len(row) or any(not isinstance(p, int) or p < 1 for p in row):
+                raise ValueError(f"{side} must be distinct page ids >= 1 (page 0 pads), got {row}")
+
+    @property
+    def length(self) -> int:
+        """``n``: the tokens prefill computes and decode's row holds for the transfer."""
+        return self.prompt + self.outputs
+
+    def input_features(self) -> tuple[str, ...]:
+        """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``)."""
+        used = ["kv_checksum"]
+        if self.rebootstrap:
+            used.append("rebootstrap")
+        if self.decode_prefix:
+            used.append("decode_prefixes")
+        if self.page_size > 1:
+            used.append("paged_transfer")
+        return tuple(used)
+
+
+@dataclass(frozen=True)
+class ChecksumTrace:
+    prefill_digest: tuple[int, ...]
+    """The pages of prefill's KV buffer its digest read, in order (empty: the digest read none)."""
+    sent: tuple[int, ...]
+    """The pages prefill sent, in order."""
+    destinations: tuple[int, ...]
+    """Decode's destination pages for the transfer, as it registered them."""
+    decode_digest: tuple[int, ...]
+    """The pages of decode's KV buffer its verification digest read, in order."""
+    accepted: bool
+    """Decode kept the request after verifying (the digests matched)."""
+    message: str = ""
+    """Why decode rejected it (its abort message), when it did."""
