@@ -195,9 +195,11 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     dreq.kv.req_pool_idx = dec.row
     dreq.kv.kv_committed_len = fill
     dreq.kv.cache_protected_len = d
+    decode_req = sg.DecodeRequest(req=dreq, kv_receiver=SimpleNamespace(clear=lambda: None),
+                                  is_rebootstrap=case.rebootstrap, metadata_buffer_index=0)  # fmt: skip
     slots = dec.req_to_token_pool.req_to_token[dec.row][d:fill]
-    if hasattr(sg.DecodePreallocQueue, "_transfer_page_indices"):
-        dst = sg.DecodePreallocQueue._transfer_page_indices(None, None, slots, ps)
+    if hasattr(sg.DecodePreallocQueue, "_transfer_page_indices"):  # the queue itself is not read
+        dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, slots, ps)
     else:
         dst = sg.decode.kv_to_page_indices(slots.numpy(), ps)
     destinations = tuple(int(p) for p in dst.tolist())
@@ -232,8 +234,6 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
         for src, to in zip(sent, destinations, strict=True):  # the transfer: whole pages
             dec.kv[to] = pre.kv[src]
 
-        decode_req = sg.DecodeRequest(req=dreq, kv_receiver=SimpleNamespace(clear=lambda: None),
-                                      is_rebootstrap=case.rebootstrap, metadata_buffer_index=0)  # fmt: skip
         _transfer_queue(sg, dsched, metadata)._commit_transfer_to_req(decode_req)
         dreq.pd_rebootstrap_in_progress = False  # prepare_for_prebuilt clears it before the batch is verified
         aborted: list[str] = []

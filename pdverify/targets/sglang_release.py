@@ -155,7 +155,7 @@ KV_CHECKSUM_FROM = "0.5.21"
 (``extend_range.end``), 0.5.21-0.5.22's two-argument ``set_kv_checksum`` and decode's ``all_reduce_flags`` where the
 release has it."""
 ABSENT_BEFORE: dict[str, tuple[str, str]] = {
-    "kv_checksum": (KV_CHECKSUM_FROM, "the PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
+    "kv_checksum": (KV_CHECKSUM_FROM, "PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
 }
 """Units whose code a release before the given one does not have at all (not a form without a driver)."""
 EARLIER_FORM: dict[str, str] = {}
