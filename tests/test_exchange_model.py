@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pdverify.model.checksum import ChecksumCase
 from pdverify.model.exchange import DecodeCase, PrefillCase
 from pdverify.model.queue import DecodeQueueCase, QueuedRequest
 from pdverify.model.sender import BootstrapCase, SenderCase
@@ -177,3 +178,38 @@ def test_in_contract_cases() -> None:
     b = QueuedRequest(9, output_len=2, rebootstrap=True, prefix_pages=(7, 8))
     assert b.fill_len == b.prefill_len == 11
     assert queue(requests=(b,), radix=True, free_pages=(1, 2, 3, 4)).prefix_len(0) == 0
+
+
+def checksum(**kw: Any) -> ChecksumCase:
+    base: dict[str, Any] = {"page_size": 4, "prompt": 6, "prefill_pages": (5, 2), "decode_pages": (7, 3),
+                            "chunk_ends": (4, 6)}  # fmt: skip
+    return ChecksumCase(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"prompt": 0}, "prompt"),
+        ({"decode_prefix": 2}, "decode_prefix=2 must be a multiple of page_size=4 within the prompt"),
+        ({"decode_prefix": 8}, "decode_prefix=8 must be a multiple of page_size=4 within the prompt"),
+        ({"rebootstrap": 1}, "rebootstrap must be a bool"),
+        ({"outputs": 2, "prefill_pages": (5, 2), "chunk_ends": (8,)}, "outputs=2 without a rebootstrap"),
+        ({"rebootstrap": True, "decode_prefix": 4}, "a rebootstrap has decode_prefix 0"),
+        ({"chunk_ends": (6, 4)}, "chunk_ends=(6, 4) must increase within [1, 6] and end at n=6"),
+        ({"chunk_ends": (5,)}, "chunk_ends=(5,) must increase"),
+        ({"chunk_ends": ()}, "chunk_ends=() must increase"),
+        ({"prefill_pages": (5,)}, "prefill_pages holds 1 pages; [0, 6) at page size 4 takes 2"),
+        ({"decode_pages": (3, 3)}, "decode_pages must be distinct page ids >= 1"),
+        ({"decode_pages": (0, 3)}, "decode_pages must be distinct page ids >= 1 (page 0 pads)"),
+        ({"outputs": -1}, "outputs"),
+    ],
+)
+def test_checksum_cases_reject_bad_input(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        checksum(**kw)
+
+
+def test_a_rebootstrap_computes_prompt_and_kept_outputs() -> None:
+    case = checksum(rebootstrap=True, outputs=3, prefill_pages=(5, 2, 9), decode_pages=(7, 3, 1), chunk_ends=(9,))
+    assert case.length == 9 and case.input_features() == ("kv_checksum", "rebootstrap", "paged_transfer")
+    assert checksum(decode_prefix=4).input_features() == ("kv_checksum", "decode_prefixes", "paged_transfer")

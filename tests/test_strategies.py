@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -16,6 +16,7 @@ from pdverify.strategies import (
     batches,
     bootstrap_cases,
     bootstrap_settings,
+    checksum_cases,
     chunk_schedules,
     decode_queues,
     index_dtypes,
@@ -97,6 +98,10 @@ BAD: list[tuple[str, Any]] = [
     ("max_page_size", lambda: bootstrap_cases(max_page_size=0)),
     ("max_length", lambda: decode_queues(max_length=0)),
     ("max_page_size", lambda: decode_queues(max_page_size=0)),
+    ("max_prompt", lambda: checksum_cases(max_prompt=0)),
+    ("max_outputs", lambda: checksum_cases(max_outputs=-1)),
+    ("max_page_size", lambda: checksum_cases(max_page_size=0)),
+    ("max_chunks", lambda: checksum_cases(max_chunks=0)),
 ]
 
 
@@ -104,3 +109,29 @@ BAD: list[tuple[str, Any]] = [
 def test_bad_arguments(name: str, make: Any) -> None:
     with pytest.raises(InvalidArgument, match=name):
         make().validate()
+
+
+@pytest.mark.parametrize(
+    ("what", "reached"),
+    [
+        (
+            "a rebootstrap whose kept outputs reach a page past the prompt's (F3's input)",
+            lambda c: c.rebootstrap and -(-c.length // c.page_size) > -(-c.prompt // c.page_size),
+        ),
+        (
+            "a rebootstrap whose outputs stay in the prompt's last page",
+            lambda c: c.rebootstrap and c.outputs and -(-c.length // c.page_size) == -(-c.prompt // c.page_size),
+        ),
+        ("a decode prefix past page 0 (T6's input)", lambda c: c.decode_prefix >= c.page_size > 1),
+        ("the whole prompt decode's prefix", lambda c: c.decode_prefix == c.prompt),
+        (
+            "several chunks, an inner end off the page grid",
+            lambda c: len(c.chunk_ends) > 1 and any(e % c.page_size for e in c.chunk_ends[:-1]),
+        ),
+        ("page size 64", lambda c: c.page_size == 64),
+        ("an odd page size", lambda c: c.page_size % 2 == 1 and c.page_size > 1),
+    ],
+)
+def test_checksum_cases_reach(what: str, reached: Any) -> None:
+    """Each input X2's defects live in is drawn (a strategy that never reaches one hides the defect there)."""
+    find(checksum_cases(), reached, settings=settings(max_examples=2000, database=None))
