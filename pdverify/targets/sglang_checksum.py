@@ -36,6 +36,7 @@ from unittest import mock
 import torch
 
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
+from pdverify.targets.sglang_prefill import _extend_range
 
 PAGE_BYTES = 16
 """Bytes of one page item of each side's registered KV buffer."""
@@ -162,14 +163,6 @@ def _single_rank() -> contextlib.AbstractContextManager[Any]:
     return get_parallel().override(attn_dcp_size=1)  # type: ignore[no-any-return, unused-ignore]
 
 
-def _extend_range(start: int, end: int) -> Any:
-    """0.5.21's chunk (``Req.set_extend_range``'s ``Range``); later releases read ``extend_end`` and have none."""
-    from sglang.srt.utils import common
-
-    extend_range = getattr(common, "Range", None)
-    return None if extend_range is None else extend_range(start, end)
-
-
 def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pragma: no cover - conformance venv
     """One request's KV handoff with the checksum on, through SGLang's own code on both sides (module doc)."""
     del device  # SGLang's KV buffers here are host memory; the index tensors stay on CPU
@@ -249,12 +242,10 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
                 if hasattr(sg.decode, name):
                     stack.enter_context(mock.patch.object(sg.decode, name, value))
             dsched._verify_kv_checksums(batch)
-    prefill_reads = [r for r in pre.reads]
-    decode_reads = [r for r in dec.reads]
-    if len(prefill_reads) != 1 or len(decode_reads) != 1:
-        raise AssertionError(f"digests: prefill {len(prefill_reads)}, decode {len(decode_reads)} (one each expected)")
+    if len(pre.reads) != 1 or len(dec.reads) != 1:
+        raise AssertionError(f"digests: prefill {len(pre.reads)}, decode {len(dec.reads)} (one each expected)")
     kept = len(batch.reqs) == 1 and not aborted
-    return ChecksumTrace(_pages(prefill_reads[0]), sent, destinations, _pages(decode_reads[0]), kept,
+    return ChecksumTrace(_pages(pre.reads[0]), sent, destinations, _pages(dec.reads[0]), kept,
                          "; ".join(aborted))  # fmt: skip
 
 
