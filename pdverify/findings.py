@@ -448,6 +448,22 @@ def _f3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return message.startswith(f"decode's digest read pages {prompt_pages}, not the pages the transfer landed on")
 
 
+def _f4_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A KV pool that registers block scales for the transfer (``--kv-cache-dtype mxfp8``)."""
+    case = kwargs.get("case")
+    return isinstance(case, ChecksumCase) and case.block_scales
+
+
+def _f4_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when a side's ``KvChecksumComputer.compute`` refused its registered state buffers without state
+    indices (``checksum.py``'s ``assert state_indices_gpu is not None``: ``state_indices_for_request`` gave None)."""
+    del kwargs
+    first = message.split("\n", 1)[0]  # pytest's assertion rewriting appends its own explanation
+    return first.startswith("the handoff raised: prefill: AssertionError at checksum.py:") and first.endswith(
+        "`assert state_indices_gpu is not None`"
+    )
+
+
 def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """S16's message when the one digest covers the pages of ``[0, L)`` - the prefix decode held, never sent, too -
     by their physical ids or, on a translated pool, their virtual ones (F2 as well)."""
@@ -1280,6 +1296,17 @@ KNOWN: dict[str, KnownDefect] = {
             "recomputed, sent and digested prompt + kept outputs: a byte-exact transfer is rejected",
             _f3_shows,
             _f3_explains,
+        ),
+        KnownDefect(
+            "F4",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22", "0.5.23"),
+            "with the KV checksum on, a pool that registers block scales for the transfer (--kv-cache-dtype mxfp8) "
+            "gets no state indices for them: KvChecksumComputer.compute asserts and prefill's scheduler crashes on "
+            "the first request",
+            _f4_shows,
+            _f4_explains,
         ),
     )
 }

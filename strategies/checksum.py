@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from pdverify.model.checksum import ChecksumCase
+from pdverify.model.checksum import KV_CACHE_DTYPES, MXFP8_PAGE_SIZE, ChecksumCase
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
-from pdverify.strategies._validate import check_int
+from pdverify.strategies._validate import check_choices, check_int
 from pdverify.strategies.layouts import (
     boundary_length,
     boundary_prefix,
@@ -19,30 +19,49 @@ from pdverify.strategies.layouts import (
 
 
 def checksum_cases(
-    *, max_prompt: int = 160, max_outputs: int = 160, max_page_size: int = 64, max_chunks: int = 4
+    *,
+    max_prompt: int = 160,
+    max_outputs: int = 160,
+    max_page_size: int = 64,
+    max_chunks: int = 4,
+    kv_cache_dtypes: tuple[str, ...] = KV_CACHE_DTYPES,
 ) -> st.SearchStrategy[ChecksumCase]:
-    """One request's KV handoff with the checksum on: a page size up to ``max_page_size`` (powers of two and odd
-    sizes), a prompt of ``1..max_prompt`` tokens (half at a page boundary or one off it), then either a first
-    handoff whose page-aligned decode prefix ``D`` lies anywhere in ``[0, prompt]`` (one time in four the largest),
-    or - half the time, where the release has PD rebootstrap - a rebootstrap that kept ``0..max_outputs`` outputs
-    (prompt + outputs half the time at a page boundary or one off it); prefill's chunk schedule (``1..max_chunks``
-    chunks); each side's row on its own fragmented distinct pages (never page 0). The first choice is a lean
-    (``Choices.lean``): under one the lengths go to page boundaries and the rows to fragmented pages."""
+    """One request's KV handoff with the checksum on: a KV cache dtype of ``kv_cache_dtypes`` (shrinks to the first;
+    ``mxfp8`` where the release registers block scales, always at its page size 128), a page size up to
+    ``max_page_size`` (powers of two and odd sizes) for the others, a prompt of ``1..max_prompt`` tokens (half at a
+    page boundary or one off it), then either a first handoff whose page-aligned decode prefix ``D`` lies anywhere
+    in ``[0, prompt]`` (one time in four the largest), or - half the time, where the release has PD rebootstrap - a
+    rebootstrap that kept ``0..max_outputs`` outputs (prompt + outputs half the time at a page boundary or one off
+    it); prefill's chunk schedule (``1..max_chunks`` chunks); each side's row on its own fragmented distinct pages
+    (never page 0). The first choice is a lean (``Choices.lean``): under one the lengths go to page boundaries and
+    the rows to fragmented pages."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
     check_int("max_chunks", max_chunks, minimum=1)
+    check_choices("kv_cache_dtypes", kv_cache_dtypes, KV_CACHE_DTYPES)
     return _checksum_cases(max_prompt=max_prompt, max_outputs=max_outputs, max_page_size=max_page_size,
-                           max_chunks=max_chunks)  # fmt: skip
+                           max_chunks=max_chunks, kv_cache_dtypes=kv_cache_dtypes)  # fmt: skip
 
 
 @st.composite
 def _checksum_cases(
-    draw: st.DrawFn, *, max_prompt: int, max_outputs: int, max_page_size: int, max_chunks: int
+    draw: st.DrawFn,
+    *,
+    max_prompt: int,
+    max_outputs: int,
+    max_page_size: int,
+    max_chunks: int,
+    kv_cache_dtypes: tuple[str, ...],
 ) -> ChecksumCase:
     c = Choices(draw)
     c.lean()
-    ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
+    dtypes = [d for d in kv_cache_dtypes if d != "mxfp8" or DOMAIN.has("state:BLOCK_SCALE")] or ["auto"]
+    dtype = c.pick(dtypes)
+    if dtype == "mxfp8":
+        ps = MXFP8_PAGE_SIZE
+    else:
+        ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
     prompt = boundary_length(c, 1, max_prompt, ps)
     rebootstrap = DOMAIN.rebootstrap and c.boolean(lean=True)
     outputs = boundary_length(c, prompt, prompt + max_outputs, ps) - prompt if rebootstrap else 0
@@ -58,4 +77,5 @@ def _checksum_cases(
         decode_prefix=d,
         rebootstrap=rebootstrap,
         outputs=outputs,
+        kv_cache_dtype=dtype,
     )

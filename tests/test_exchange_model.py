@@ -202,6 +202,8 @@ def checksum(**kw: Any) -> ChecksumCase:
         ({"decode_pages": (3, 3)}, "decode_pages must be distinct page ids >= 1"),
         ({"decode_pages": (0, 3)}, "decode_pages must be distinct page ids >= 1 (page 0 pads)"),
         ({"outputs": -1}, "outputs"),
+        ({"kv_cache_dtype": "fp16"}, "kv_cache_dtype='fp16' must be one of"),
+        ({"kv_cache_dtype": "mxfp8"}, "kv_cache_dtype='mxfp8' at page_size=4"),
     ],
 )
 def test_checksum_cases_reject_bad_input(kw: dict[str, Any], message: str) -> None:
@@ -213,3 +215,5 @@ def test_a_rebootstrap_computes_prompt_and_kept_outputs() -> None:
     case = checksum(rebootstrap=True, outputs=3, prefill_pages=(5, 2, 9), decode_pages=(7, 3, 1), chunk_ends=(9,))
     assert case.length == 9 and case.input_features() == ("kv_checksum", "rebootstrap", "paged_transfer")
     assert checksum(decode_prefix=4).input_features() == ("kv_checksum", "decode_prefixes", "paged_transfer")
+    mx = checksum(kv_cache_dtype="mxfp8", page_size=128, prefill_pages=(5,), decode_pages=(7,), chunk_ends=(6,))
+    assert mx.block_scales and mx.input_features()[-1] == "state:BLOCK_SCALE" and not checksum().block_scales

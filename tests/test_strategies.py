@@ -102,6 +102,8 @@ BAD: list[tuple[str, Any]] = [
     ("max_outputs", lambda: checksum_cases(max_outputs=-1)),
     ("max_page_size", lambda: checksum_cases(max_page_size=0)),
     ("max_chunks", lambda: checksum_cases(max_chunks=0)),
+    ("kv_cache_dtypes", lambda: checksum_cases(kv_cache_dtypes=())),
+    ("kv_cache_dtypes", lambda: checksum_cases(kv_cache_dtypes=("fp16",))),
 ]
 
 
@@ -109,6 +111,10 @@ BAD: list[tuple[str, Any]] = [
 def test_bad_arguments(name: str, make: Any) -> None:
     with pytest.raises(InvalidArgument, match=name):
         make().validate()
+
+
+def _mxfp8_past_prompt(c: Any) -> bool:
+    return bool(c.kv_cache_dtype == "mxfp8" and c.rebootstrap and -(-c.length // 128) > -(-c.prompt // 128))
 
 
 @pytest.mark.parametrize(
@@ -130,6 +136,10 @@ def test_bad_arguments(name: str, make: Any) -> None:
         ),
         ("page size 64", lambda c: c.page_size == 64),
         ("an odd page size", lambda c: c.page_size % 2 == 1 and c.page_size > 1),
+        ("an fp8_e4m3 KV cache", lambda c: c.kv_cache_dtype == "fp8_e4m3"),
+        ("an mxfp8 KV cache (F4's input)", lambda c: c.kv_cache_dtype == "mxfp8"),
+        ("an mxfp8 KV cache past a decode prefix", lambda c: c.kv_cache_dtype == "mxfp8" and c.decode_prefix > 0),
+        ("an mxfp8 rebootstrap past the prompt's pages", _mxfp8_past_prompt),
     ],
 )
 def test_checksum_cases_reach(what: str, reached: Any) -> None:

@@ -9,10 +9,16 @@ rebootstrap, which skips the radix match), ``n`` the tokens prefill computed - t
 (``pause_generation(mode="retract")``) the prompt plus the outputs decode kept (the boundary token is popped and
 replayed on decode, ``Scheduler.pause_generation``).
 
-A ``ChecksumCase`` is that request: the page size, the prompt, the prefix, whether it is a rebootstrap and how many
-outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``). A ``ChecksumTrace`` is what
-happened: the pages each digest read (as the registered KV buffer is addressed: one item per page), the pages
-prefill sent and decode's destinations, and decode's verdict.
+The KV cache dtype (``--kv-cache-dtype``, the same on both sides: one model, one layout) decides what each side
+registers for the transfer and the digest: K and V per layer, and for ``mxfp8`` (``MHATokenToKVPoolMXFP8``) the
+UE8M0 block scales as ``BLOCK_SCALE`` state, one item per KV page, sent with the KV page ids
+(``_full_kv_pages_payload``). A page's scales belong to the page: whatever digests a page's KV digests its scales.
+
+A ``ChecksumCase`` is that request: the KV cache dtype, the page size, the prompt, the prefix, whether it is a
+rebootstrap and how many outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``). A
+``ChecksumTrace`` is what happened: the pages each digest read of the KV buffers and of the state buffers (as they
+are addressed: one item per page), the pages prefill sent (KV and block scales) and decode's destinations, decode's
+verdict, and what raised when a side's scheduler did.
 """
 
 from __future__ import annotations
@@ -20,6 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdverify.validation import require_int, require_page_size
+
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "mxfp8")
+"""``--kv-cache-dtype`` values drawn: ``auto`` (the model's bfloat16, ``MHATokenToKVPool``), ``fp8_e4m3`` (the same
+pool storing FP8) and ``mxfp8`` (``MHATokenToKVPoolMXFP8``: FP8 K/V plus block scales registered as state)."""
+MXFP8_PAGE_SIZE = 128
+"""The page size an ``mxfp8`` KV cache is written at: ``MHATokenToKVPoolMXFP8.set_kv_buffer`` asserts the interleaved
+scale layout, which the pool builds only at page size 128 (``mxfp8_sf_interleaved = page_size == 128``)."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +57,21 @@ class ChecksumCase:
     outputs: int = 0
     """The outputs decode kept at the retraction (its ``output_ids`` after the boundary token is popped); 0 unless a
     rebootstrap."""
+    kv_cache_dtype: str = "auto"
+    """``--kv-cache-dtype`` of both servers (``KV_CACHE_DTYPES``); ``mxfp8`` at page size ``MXFP8_PAGE_SIZE`` only."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
         require_int("prompt", self.prompt, minimum=1)
         require_int("decode_prefix", self.decode_prefix, minimum=0)
         require_int("outputs", self.outputs, minimum=0)
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype={self.kv_cache_dtype!r} must be one of {KV_CACHE_DTYPES}")
+        if self.kv_cache_dtype == "mxfp8" and self.page_size != MXFP8_PAGE_SIZE:
+            raise ValueError(
+                f"kv_cache_dtype='mxfp8' at page_size={self.page_size}: the MXFP8 pool writes its block scales only in "
+                f"the interleaved layout of page size {MXFP8_PAGE_SIZE}"
+            )
         if not isinstance(self.rebootstrap, bool):
             raise TypeError(f"rebootstrap must be a bool, got {self.rebootstrap!r}")
         if self.decode_prefix > self.prompt or self.decode_prefix % self.page_size:
@@ -74,6 +96,11 @@ class ChecksumCase:
                 raise ValueError(f"{side} must be distinct page ids >= 1 (page 0 pads), got {row}")
 
     @property
+    def block_scales(self) -> bool:
+        """Whether the pool registers block scales (``BLOCK_SCALE`` state) for the transfer and the digest."""
+        return self.kv_cache_dtype == "mxfp8"
+
+    @property
     def length(self) -> int:
         """``n``: the tokens prefill computes and decode's row holds for the transfer."""
         return self.prompt + self.outputs
@@ -87,20 +114,32 @@ class ChecksumCase:
             used.append("decode_prefixes")
         if self.page_size > 1:
             used.append("paged_transfer")
+        if self.block_scales:
+            used.append("state:BLOCK_SCALE")
         return tuple(used)
 
 
 @dataclass(frozen=True)
 class ChecksumTrace:
     prefill_digest: tuple[int, ...]
-    """The pages of prefill's KV buffer its digest read, in order (empty: the digest read none)."""
+    """The pages of prefill's KV buffers its digest read, in order (every K and V buffer the same pages; empty: the
+    digest read none)."""
     sent: tuple[int, ...]
-    """The pages prefill sent, in order."""
+    """The KV pages prefill sent, in order."""
     destinations: tuple[int, ...]
     """Decode's destination pages for the transfer, as it registered them."""
     decode_digest: tuple[int, ...]
-    """The pages of decode's KV buffer its verification digest read, in order."""
+    """The pages of decode's KV buffers its verification digest read, in order."""
     accepted: bool
     """Decode kept the request after verifying (the digests matched)."""
     message: str = ""
     """Why decode rejected it (its abort message), when it did."""
+    prefill_state_digest: tuple[int, ...] = ()
+    """The items of prefill's state buffers (the block scales) its digest read, in order; empty when it read none."""
+    decode_state_digest: tuple[int, ...] = ()
+    """The items of decode's state buffers its digest read, in order."""
+    sent_state: tuple[int, ...] = ()
+    """The block-scale pages prefill sent with the KV (its ``BLOCK_SCALE`` payload), in order; empty without one."""
+    raised: str = ""
+    """What a side's scheduler raised in the handoff (``"prefill: AssertionError at checksum.py:120 ..."``); empty
+    when neither did."""

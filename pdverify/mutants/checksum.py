@@ -26,3 +26,15 @@ def digests_from_zero(case: ChecksumCase, device: str) -> ChecksumTrace:
 def partial_page_sent(case: ChecksumCase, device: str) -> ChecksumTrace:
     with mock.patch.object(port, "chunk_stop", lambda end, page_size, last: end):
         return port.kv_checksum(case, device)
+
+
+@mutant("XV04", "kv_checksum", "missing case", "no state indices for the block scales (F4: 0.5.21-0.5.23)")
+def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
+    with mock.patch.object(port, "state_indices", lambda block_scales, kv_pages: None):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV05", "kv_checksum", "missing case", "the block scales go undigested (state indices empty)")
+def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
+    with mock.patch.object(port, "state_indices", lambda block_scales, kv_pages: kv_pages[:0]):
+        return port.kv_checksum(case, device)

@@ -1,11 +1,14 @@
-"""The PD KV checksum end to end, ported from SGLang 0.5.23 with F3's fix (``findings/F3/fix.patch``):
-``send_kv_chunk``'s digest on prefill, the page-granular transfer, ``_verify_kv_checksums`` on decode.
+"""The PD KV checksum end to end, ported from SGLang 0.5.23 with F3's and F4's fixes (``findings/F3/fix.patch``,
+``findings/F4/fix.patch``): ``send_kv_chunk``'s digest on prefill, the page-granular transfer,
+``_verify_kv_checksums`` on decode.
 
 Each side digests ``page_indices_for_request(row, end, start=D)`` - its row's tokens ``[D, end)`` strided to page
 ids - over its registered KV buffer, one item per page. Prefill's end is the tokens it computed; decode's is the
 row ``prepare_for_prebuilt`` committed: the prompt plus the outputs but the last (the handoff token, whose KV is not
 written yet), which for a rebootstrap is the prompt plus the outputs it kept. The buffers are host bytes standing
-for the device KV (a page's bytes: its id, repeated), so a digest of the wrong pages differs from prefill's.
+for the device KV (a page's bytes: its id, repeated), so a digest of the wrong pages differs from prefill's. An
+``mxfp8`` pool also registers its block scales as state, one item per KV page: ``compute`` refuses to digest without
+state indices, and F4's fix gives the KV page ids (the scales are sent with them, ``_full_kv_pages_payload``).
 """
 
 from __future__ import annotations
@@ -27,10 +30,26 @@ def page_indices_for_request(row: torch.Tensor, end: int, page_size: int, start:
     return idx if page_size == 1 else idx[::page_size] // page_size
 
 
-def digest(buffer: dict[int, bytes], pages: torch.Tensor) -> tuple[int, tuple[int, ...]]:
-    """Adler-32 over the buffer's items at ``pages`` (1 over none, as the kernel), and the pages read."""
+def state_indices(block_scales: bool, kv_pages: torch.Tensor) -> torch.Tensor | None:
+    """The state indices a side digests: for block scales, the KV page ids (F4's fix; 0.5.21-0.5.23 give None);
+    None for a pool that registers no state."""
+    return kv_pages if block_scales else None
+
+
+def digest(
+    kv: dict[int, bytes], pages: torch.Tensor, scales: dict[int, bytes] | None, state: torch.Tensor | None
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``KvChecksumComputer.compute``: Adler-32 over the KV items at ``pages`` then the state items at ``state`` (1
+    over none, as the kernel), with the KV and state items read. Refuses registered state without indices."""
+    if scales is not None and state is None:
+        raise AssertionError("state buffers are registered but compute() was given no state indices")
     read = tuple(int(p) for p in pages.cpu().tolist())
-    return (zlib.adler32(b"".join(buffer[p] for p in read)) if read else 1), read
+    parts = [kv[p] for p in read]
+    state_read: tuple[int, ...] = ()
+    if scales is not None and state is not None:
+        state_read = tuple(int(p) for p in state.cpu().tolist())
+        parts += [scales[p] for p in state_read]
+    return (zlib.adler32(b"".join(parts)) if parts else 1), read, state_read
 
 
 def chunk_stop(end: int, page_size: int, last: bool) -> int:
@@ -59,13 +78,20 @@ def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
     ps, n, d = case.page_size, case.length, case.decode_prefix
     prefill_row = _row(case.prefill_pages, ps, n, device)
     decode_row = _row(case.decode_pages, ps, n, device)
-    # the prefill engine's KV: each page's bytes name the logical page they hold (equal content on both sides)
+    # the prefill engine's KV (and block scales): each page's bytes name the logical page they hold
     prefill_kv = {p: bytes([i % 251 + 1]) * PAGE_BYTES for i, p in enumerate(case.prefill_pages)}
     decode_kv = {p: bytes(PAGE_BYTES) for p in case.decode_pages}  # decode's pages before the transfer
+    prefill_sc, decode_sc = None, None
+    if case.block_scales:  # the block scales: one item per page, their own bytes
+        prefill_sc = {p: bytes([255 - i % 251]) * 2 for i, p in enumerate(case.prefill_pages)}
+        decode_sc = {p: bytes(2) for p in case.decode_pages}
     for i in range(d // ps):  # decode's tree holds the prefix: the same KV, computed there
         decode_kv[case.decode_pages[i]] = prefill_kv[case.prefill_pages[i]]
+        if prefill_sc is not None and decode_sc is not None:
+            decode_sc[case.decode_pages[i]] = prefill_sc[case.prefill_pages[i]]
 
-    # prefill: each chunk sends its whole pages past what was sent, the last one the rest; the last digests [D, n)
+    # prefill: each chunk sends its whole pages past what was sent, the last one the rest (with the block scales of
+    # every page of [0, n)); the last digests [D, n)
     sent_list: list[int] = []
     start = d
     for k, end in enumerate(case.chunk_ends):
@@ -74,16 +100,32 @@ def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
         if stop > start or last:
             sent_list += page_indices_for_request(prefill_row, stop, ps, start=start).cpu().tolist()
             start = max(start, stop)
-    expected, prefill_read = digest(prefill_kv, page_indices_for_request(prefill_row, n, ps, start=digest_start(d)))
-    destinations = page_indices_for_request(decode_row, n, ps, start=d)
     sent = tuple(int(p) for p in sent_list)
+    sent_state = tuple(page_indices_for_request(prefill_row, n, ps).cpu().tolist()) if case.block_scales else ()
+    mine = page_indices_for_request(prefill_row, n, ps, start=digest_start(d))
+    try:
+        expected, prefill_read, prefill_state = digest(
+            prefill_kv, mine, prefill_sc, state_indices(case.block_scales, mine)
+        )
+    except AssertionError as exc:
+        return ChecksumTrace((), sent, (), (), False, sent_state=sent_state, raised=f"prefill: AssertionError: {exc}")
+    destinations = page_indices_for_request(decode_row, n, ps, start=d)
     dst = tuple(int(p) for p in destinations.cpu().tolist())
     for src, to in zip(sent, dst, strict=True):  # the transfer: whole pages
         decode_kv[to] = prefill_kv[src]
+    if prefill_sc is not None and decode_sc is not None:  # decode's block-scale destinations: its pages of [0, n)
+        for src, to in zip(sent_state, page_indices_for_request(decode_row, n, ps).cpu().tolist(), strict=True):
+            decode_sc[int(to)] = prefill_sc[src]
 
     # decode: the committed row is prompt + outputs but the handoff token; a rebootstrap's boundary token is replayed
     # as the handoff, so its kept outputs are all committed
     seq_len = verified_length(case.prompt, case.outputs + 1)
-    got, decode_read = digest(decode_kv, page_indices_for_request(decode_row, seq_len, ps, start=digest_start(d)))
+    theirs = page_indices_for_request(decode_row, seq_len, ps, start=digest_start(d))
+    try:
+        got, decode_read, decode_state = digest(decode_kv, theirs, decode_sc, state_indices(case.block_scales, theirs))
+    except AssertionError as exc:
+        return ChecksumTrace(prefill_read, sent, dst, (), False, prefill_state_digest=prefill_state,
+                             sent_state=sent_state, raised=f"decode: AssertionError: {exc}")  # fmt: skip
     message = "" if got == expected else f"KV checksum mismatch: decode {got:#x}, prefill {expected:#x}"
-    return ChecksumTrace(prefill_read, sent, dst, decode_read, got == expected, message)
+    return ChecksumTrace(prefill_read, sent, dst, decode_read, got == expected, message, prefill_state, decode_state,
+                         sent_state)  # fmt: skip

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import traceback
 import zlib
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -38,45 +40,98 @@ import torch
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
 from pdverify.targets.sglang_prefill import _extend_range
 
-PAGE_BYTES = 16
-"""Bytes of one page item of each side's registered KV buffer."""
 SIGNATURE = 0x5EED
-"""The KV-layout signature both sides share (one model, one layout)."""
+"""The KV-layout signature both sides share where the release has no ``kv_layout_signature`` (one model, one
+layout)."""
 ROOM = 4242
+KV_DTYPES = {"auto": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn}
+"""The pool's dtype for each ``--kv-cache-dtype`` (``auto``: the model's bfloat16)."""
 
 
 class _Buffers:
-    """The registered KV buffers of both engines: base address -> (tensor, item length)."""
+    """Every buffer both engines register for the transfer and the digest: base -> (bytes, item length, engine,
+    kind), kind ``"kv"`` or ``"state"``."""
 
     def __init__(self) -> None:
-        self.by_base: dict[int, tuple[torch.Tensor, int]] = {}
+        self.by_base: dict[int, tuple[int, int, Any, str]] = {}
 
-    def register(self, kv: torch.Tensor) -> int:
-        self.by_base[kv.data_ptr()] = (kv, kv.shape[1])
-        return int(kv.data_ptr())
+    def register(self, engine: Any, kind: str, ptrs: list[int], lens: list[int], items: list[int]) -> None:
+        for ptr, nbytes, item in zip(ptrs, lens, items, strict=True):
+            self.by_base[int(ptr)] = (int(nbytes), int(item), engine, kind)
 
-    def page(self, address: int, length: int) -> tuple[int, int]:
-        """(base, page) that ``address`` names, refusing an address off every buffer's page grid."""
-        for base, (kv, item) in self.by_base.items():
-            if base <= address < base + kv.numel():
+    def item(self, address: int, length: int) -> tuple[int, int]:
+        """(base, item) that ``address`` names, refusing an address off every buffer's item grid."""
+        for base, (nbytes, item, _, _) in self.by_base.items():
+            if base <= address < base + nbytes:
                 offset = address - base
-                assert offset % item == 0 and length == item, f"address {address} is off the page grid of {base}"
-                assert offset + length <= kv.numel(), f"page at offset {offset} runs past the buffer"
+                assert offset % item == 0 and length == item, f"address {address} is off the item grid of {base}"
+                assert offset + length <= nbytes, f"item at offset {offset} runs past the buffer"
                 return base, offset // item
-        raise AssertionError(f"address {address} is in no registered KV buffer")
+        raise AssertionError(f"address {address} is in no registered buffer")
 
 
-def _engine(sglang: Any, buffers: _Buffers, pages: tuple[int, ...], ps: int, length: int, row: int) -> Any:
-    """One engine's static paged pool: the allocator (page size), the request's row on ``pages``, its KV bytes."""
-    allocator = sglang.PagedTokenToKVPoolAllocator.__new__(sglang.PagedTokenToKVPoolAllocator)
-    allocator.page_size = ps
-    allocator._kvcache = SimpleNamespace()  # a plain KV pool: no state buffers (state_indices_for_request: None)
-    table = torch.zeros((row + 2, len(pages) * ps), dtype=torch.int32)
-    table[row, : len(pages) * ps] = torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int32)
-    kv = torch.zeros((max(pages) + 1, PAGE_BYTES), dtype=torch.uint8)
-    base = buffers.register(kv)
-    return SimpleNamespace(allocator=allocator, req_to_token_pool=SimpleNamespace(req_to_token=table), kv=kv,
-                           base=base, row=row, reads=[])  # fmt: skip
+def _flat(nested: Any) -> list[int]:
+    return [int(x) for group in nested for x in group]
+
+
+def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, pages: tuple[int, ...], row: int) -> Any:
+    """One engine as the server builds it for ``--kv-cache-dtype``: SGLang's own KV pool (``MHATokenToKVPool``, or
+    ``MHATokenToKVPoolMXFP8`` with its block scales), ``PagedTokenToKVPoolAllocator`` and ``ReqToTokenPool`` with the
+    request's row on ``pages``; its PD registration (``get_kv_transfer_buf_infos``, ``setup_state_kv_args``) decides
+    the buffers its checksum computer digests."""
+    ps, dtype = case.page_size, KV_DTYPES[case.kv_cache_dtype]
+    size = max(pages) * ps  # page ids 1..max(pages); the pool adds the padding page 0
+    mxfp8 = case.kv_cache_dtype == "mxfp8"
+    pool_class = sg.memory_pool.MHATokenToKVPoolMXFP8 if mxfp8 else sg.memory_pool.MHATokenToKVPool
+    pool = pool_class(size=size, page_size=ps, dtype=dtype, head_num=1, head_dim=32 if mxfp8 else 8, layer_num=2,
+                      device="cpu", enable_memory_saver=False, enable_alt_stream=False)  # fmt: skip
+    allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
+                                               need_sort=False)  # fmt: skip
+    rows = sg.memory_pool.ReqToTokenPool(size=row + 1, max_context_len=len(pages) * ps, device="cpu",
+                                         enable_memory_saver=False)  # fmt: skip
+    rows.req_to_token[row] = torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int32)
+    kv_args = SimpleNamespace()
+    kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = sg.utils.get_kv_transfer_buf_infos(pool)
+    sg.utils.setup_state_kv_args(kv_args, pool, None, req_to_token_pool=rows)
+    engine = SimpleNamespace(pool=pool, allocator=allocator, req_to_token_pool=rows, kv_args=kv_args, row=row,
+                             reads=[])  # fmt: skip
+    buffers.register(engine, "kv", kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens)
+    buffers.register(engine, "state", _flat(kv_args.state_data_ptrs), _flat(kv_args.state_data_lens),
+                     _flat(kv_args.state_item_lens))  # fmt: skip
+    engine.signature = SIGNATURE
+    if hasattr(sg.utils, "kv_layout_signature"):  # 0.5.23: each side's own, as _init_kv_manager registers it
+        kv_args.page_size, kv_args.kv_cache_dtype_str = ps, case.kv_cache_dtype
+        kv_args.kv_layout = sg.utils.get_pd_kv_layout(pool) if hasattr(sg.utils, "get_pd_kv_layout") else None
+        engine.signature = sg.utils.kv_layout_signature(kv_args)
+    return engine
+
+
+def _items(engine: Any) -> list[tuple[int, int]]:
+    """(base, item length) of each buffer the engine registered, KV then state."""
+    a = engine.kv_args
+    return list(zip(a.kv_data_ptrs, a.kv_item_lens, strict=True)) + list(
+        zip(_flat(a.state_data_ptrs), _flat(a.state_item_lens), strict=True)
+    )
+
+
+def _fill(engine: Any, pages: tuple[int, ...], logical: range) -> None:
+    """Each buffer's item at ``pages[i]`` holds logical page ``i``'s bytes (the same on both sides)."""
+    for b, (base, item) in enumerate(_items(engine)):
+        for i in logical:
+            ctypes.memset(int(base) + pages[i] * int(item), (7 * i + b) % 251 + 1, int(item))
+
+
+def _copy(src: Any, dst: Any, kind: str, src_items: list[int], dst_items: list[int]) -> None:
+    """The transfer: item ``src_items[i]`` of each of prefill's buffers of ``kind`` onto ``dst_items[i]`` of decode's
+    peer buffer (Mooncake's page-granular copy)."""
+    a, b = src.kv_args, dst.kv_args
+    if kind == "kv":
+        pairs = zip(a.kv_data_ptrs, b.kv_data_ptrs, a.kv_item_lens, strict=True)
+    else:
+        pairs = zip(_flat(a.state_data_ptrs), _flat(b.state_data_ptrs), _flat(a.state_item_lens), strict=True)
+    for sp, dp, n in pairs:
+        for s, d in zip(src_items, dst_items, strict=True):
+            ctypes.memmove(int(dp) + int(d) * int(n), int(sp) + int(s) * int(n), int(n))
 
 
 def _computer(sglang: Any, engine: Any) -> Any:
@@ -91,24 +146,26 @@ def _computer(sglang: Any, engine: Any) -> Any:
             engine.reads.append(())
             return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
 
-    return Computer(torch.device("cpu"), kv_data_ptrs=[engine.base], kv_item_lens=[PAGE_BYTES])
+    a = engine.kv_args  # as PrefillBootstrapQueue / DecodePreallocQueue build it from their kv_args
+    return Computer(torch.device("cpu"), kv_data_ptrs=a.kv_data_ptrs, kv_item_lens=a.kv_item_lens,
+                    state_data_ptrs=a.state_data_ptrs, state_item_lens=a.state_item_lens)  # fmt: skip
 
 
 @contextlib.contextmanager
 def _cpu_kernel(adler32: Any, buffers: _Buffers, engines: list[Any]) -> Iterator[None]:
     """SGLang's ``adler32_strided_checksum`` with its JIT module on CPU: the addresses SGLang computed are read as
-    bytes, and each is traced back to the page of the engine whose buffer it is in."""
+    bytes, and each is traced back to the item of the registered buffer it is in; the engine whose digest is under
+    way gets the (base, item) list."""
 
     class CpuKernel:
         def adler32_strided(self, ptrs: Any, lens: Any, states: Any, total: int) -> None:
-            parts, pages = [], []
+            parts, items = [], []
             for address, length in zip(ptrs.tolist(), lens.tolist(), strict=True):
-                base, page = buffers.page(int(address), int(length))
-                pages.append((base, page))
+                items.append(buffers.item(int(address), int(length)))
                 parts.append(ctypes.string_at(int(address), int(length)))
             for engine in engines:
                 if engine.reads and engine.reads[-1] == ():
-                    engine.reads[-1] = tuple(p for b, p in pages if b == engine.base) or ("elsewhere",)
+                    engine.reads[-1] = tuple(items)
             states[0] = zlib.adler32(b"".join(parts))
 
         def adler32_reduce(self, states: Any, result: Any, n: int) -> None:
@@ -121,7 +178,7 @@ def _cpu_kernel(adler32: Any, buffers: _Buffers, engines: list[Any]) -> Iterator
 def _modules() -> Any:  # pragma: no cover - conformance venv
     """The SGLang modules and classes the driver calls (imported at the first call: nothing of SGLang at import)."""
     from sglang.kernels.ops.memory import adler32
-    from sglang.srt.disaggregation import decode, prefill
+    from sglang.srt.disaggregation import decode, prefill, utils
     from sglang.srt.disaggregation.checksum import KvChecksumComputer
     from sglang.srt.disaggregation.decode import (
         DecodePreallocQueue,
@@ -131,6 +188,7 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     )
     from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
     from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.mem_cache import memory_pool
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -145,6 +203,8 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         SchedulerDisaggregationDecodeMixin=SchedulerDisaggregationDecodeMixin,
         SchedulerDisaggregationPrefillMixin=SchedulerDisaggregationPrefillMixin,
         Req=Req,
+        utils=utils,
+        memory_pool=memory_pool,
         PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator,
         SamplingParams=SamplingParams,
     )
@@ -169,12 +229,10 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     sg = _modules()
     ps, d = case.page_size, case.decode_prefix
     buffers = _Buffers()
-    pre = _engine(sg, buffers, case.prefill_pages, ps, case.length, row=2)
-    dec = _engine(sg, buffers, case.decode_pages, ps, case.length, row=1)
-    for i, page in enumerate(case.prefill_pages):  # each page holds its logical page's KV
-        pre.kv[page] = i % 251 + 1
-    for i in range(d // ps):  # decode's tree holds the prefix: the same KV, computed there
-        dec.kv[case.decode_pages[i]] = i % 251 + 1
+    pre = _engine(sg, case, buffers, case.prefill_pages, row=2)
+    dec = _engine(sg, case, buffers, case.decode_pages, row=1)
+    _fill(pre, case.prefill_pages, range(len(case.prefill_pages)))  # each page holds its logical page's bytes
+    _fill(dec, case.decode_pages, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
 
     # decode: the request, and a retraction after its outputs (Scheduler.pause_generation, mode="retract")
     dreq = _req(sg, "r0", [1000 + i for i in range(case.prompt)])
@@ -190,11 +248,13 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     dreq.kv.cache_protected_len = d
     decode_req = sg.DecodeRequest(req=dreq, kv_receiver=SimpleNamespace(clear=lambda: None),
                                   is_rebootstrap=case.rebootstrap, metadata_buffer_index=0)  # fmt: skip
-    slots = dec.req_to_token_pool.req_to_token[dec.row][d:fill]
+    decode_row = dec.req_to_token_pool.req_to_token[dec.row]
     if hasattr(sg.DecodePreallocQueue, "_transfer_page_indices"):  # the queue itself is not read
-        dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, slots, ps)
+        dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, decode_row[d:fill], ps)
+        scale_dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, decode_row[:fill], ps)
     else:
-        dst = sg.decode.kv_to_page_indices(slots.numpy(), ps)
+        dst = sg.decode.kv_to_page_indices(decode_row[d:fill].numpy(), ps)
+        scale_dst = sg.decode.kv_to_page_indices(decode_row[:fill].numpy(), ps)
     destinations = tuple(int(p) for p in dst.tolist())
 
     # prefill: the request it receives (decode's rebootstrap payload, or the prompt), chunk by chunk
@@ -203,12 +263,16 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     preq.kv.req_pool_idx = pre.row
     preq.disagg_decode_prefix_len = preq.start_send_idx = d
     preq.metadata_buffer_index = 0
-    sends: list[list[int]] = []
+    sends: list[tuple[list[int], Any]] = []
+
+    def send(kv_indices: Any, state_indices: Any = None, *args: Any, **kwargs: Any) -> None:
+        sends.append(([int(p) for p in kv_indices], state_indices))
+
     preq.disagg_kv_sender = SimpleNamespace(
         supports_host_tensor_indices=False,
         get_max_transfer_tokens=lambda: None,
         should_send_kv_chunk=lambda num_pages, last_chunk: num_pages > 0 or last_chunk,
-        send=lambda kv_indices, *a, **kw: sends.append([int(p) for p in kv_indices]),
+        send=send,
     )
     metadata: dict[int, Any] = {}
     psched = _PrefillScheduler(sg, pre, metadata)
@@ -217,15 +281,21 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     ends = list(case.chunk_ends)
     with _single_rank(), _cpu_kernel(sg.adler32, buffers, engines):
         start = d
-        for k, end in enumerate(ends):
-            preq.extend_end, preq.extend_range = end, _extend_range(start, end)
-            psched.send_kv_chunk(preq, last_chunk=k == len(ends) - 1)
-            start = end
-        sent = tuple(p for s in sends for p in s)
+        try:
+            for k, end in enumerate(ends):
+                preq.extend_end, preq.extend_range = end, _extend_range(start, end)
+                psched.send_kv_chunk(preq, last_chunk=k == len(ends) - 1)
+                start = end
+        except AssertionError as exc:  # an assert in the scheduler loop takes the prefill server down
+            sent = tuple(p for s, _ in sends for p in s)
+            return ChecksumTrace((), sent, destinations, (), False, raised=f"prefill: {_where(exc)}")
+        sent = tuple(p for s, _ in sends for p in s)
+        sent_state = _block_scale_pages(pre, sends)
         if len(sent) != len(destinations):
             raise AssertionError(f"prefill sent {len(sent)} pages for {len(destinations)} destinations")
-        for src, to in zip(sent, destinations, strict=True):  # the transfer: whole pages
-            dec.kv[to] = pre.kv[src]
+        _copy(pre, dec, "kv", list(sent), list(destinations))  # the transfer: whole pages
+        if sent_state:  # the block scales, onto decode's BLOCK_SCALE destinations (its pages of [0, fill))
+            _copy(pre, dec, "state", list(sent_state), [int(p) for p in scale_dst.tolist()][: len(sent_state)])
 
         _transfer_queue(sg, dsched, metadata)._commit_transfer_to_req(decode_req)
         dreq.pd_rebootstrap_in_progress = False  # prepare_for_prebuilt clears it before the batch is verified
@@ -241,19 +311,57 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             ):
                 if hasattr(sg.decode, name):
                     stack.enter_context(mock.patch.object(sg.decode, name, value))
-            dsched._verify_kv_checksums(batch)
+            try:
+                dsched._verify_kv_checksums(batch)
+            except AssertionError as exc:
+                prefill_read = pre.reads[0] if pre.reads else ()
+                return ChecksumTrace(_pages(buffers, pre, prefill_read, "kv"), sent, destinations, (), False,
+                                     prefill_state_digest=_pages(buffers, pre, prefill_read, "state"),
+                                     sent_state=sent_state, raised=f"decode: {_where(exc)}")  # fmt: skip
     if len(pre.reads) != 1 or len(dec.reads) != 1:
         raise AssertionError(f"digests: prefill {len(pre.reads)}, decode {len(dec.reads)} (one each expected)")
     kept = len(batch.reqs) == 1 and not aborted
-    return ChecksumTrace(_pages(pre.reads[0]), sent, destinations, _pages(dec.reads[0]), kept,
-                         "; ".join(aborted))  # fmt: skip
+    p_read, d_read = pre.reads[0], dec.reads[0]
+    return ChecksumTrace(
+        _pages(buffers, pre, p_read, "kv"), sent, destinations, _pages(buffers, dec, d_read, "kv"), kept,
+        "; ".join(aborted), _pages(buffers, pre, p_read, "state"), _pages(buffers, dec, d_read, "state"), sent_state,
+    )  # fmt: skip
 
 
-def _pages(read: tuple[Any, ...]) -> tuple[int, ...]:
-    """The pages a digest read of its own engine's buffer ("elsewhere": it read none there)."""
-    if read and read[0] == "elsewhere":
-        raise AssertionError("a digest read another engine's KV buffer")
-    return tuple(int(p) for p in read)
+def _block_scale_pages(engine: Any, sends: list[tuple[list[int], Any]]) -> tuple[int, ...]:
+    """The pages of prefill's ``BLOCK_SCALE`` payload over its sends (empty: the pool registers none)."""
+    kinds = [getattr(t, "value", t) for t in engine.kv_args.state_types]
+    if "block_scale" not in kinds:
+        return ()
+    at = kinds.index("block_scale")
+    pages: list[int] = []
+    for _, state in sends:
+        if state is not None and state[at] is not None:
+            pages += [int(p) for p in torch.as_tensor(state[at]).reshape(-1).tolist()]
+    return tuple(pages)
+
+
+def _where(exc: BaseException) -> str:
+    """``AssertionError at checksum.py:120 `assert state_indices_gpu is not None```: where SGLang raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__} at {os.path.basename(frame.filename)}:{frame.lineno} `{frame.line}`"
+
+
+def _pages(buffers: _Buffers, engine: Any, read: tuple[tuple[int, int], ...], kind: str) -> tuple[int, ...]:
+    """The items a digest read of the engine's buffers of ``kind``: every such buffer must have read the same items,
+    and none of another engine's."""
+    per_buffer: dict[int, list[int]] = {}
+    for base, item in read:
+        _, _, owner, owner_kind = buffers.by_base[base]
+        if owner is not engine:
+            raise AssertionError("a digest read another engine's buffer")
+        if owner_kind == kind:
+            per_buffer.setdefault(base, []).append(item)
+    mine = [b for b, (_, _, owner, k) in buffers.by_base.items() if owner is engine and k == kind]
+    seen = {tuple(per_buffer.get(b, [])) for b in mine}
+    if len(seen) > 1:
+        raise AssertionError(f"the digest read different items of the {kind} buffers: {sorted(seen)}")
+    return seen.pop() if seen else ()
 
 
 class _PrefillScheduler:  # pragma: no cover - conformance venv
@@ -269,7 +377,7 @@ class _PrefillScheduler:  # pragma: no cover - conformance venv
         sched.enable_staging = False
         sched.disagg_prefill_pending_chunk_rids = set()
         sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
-            kv_checksum_signature=SIGNATURE, kv_manager=SimpleNamespace(kv_args=SimpleNamespace(state_types=[]))
+            kv_checksum_signature=engine.signature, kv_manager=SimpleNamespace(kv_args=engine.kv_args)
         )
 
         def set_kv_checksum(req: Any, digest: int, *signature: int) -> None:
@@ -291,7 +399,8 @@ class _DecodeScheduler:  # pragma: no cover - conformance venv
         sched.req_to_token_pool = engine.req_to_token_pool
         sched.kv_checksum_computer = _computer(sg, engine)
         sched.disagg_decode_prealloc_queue = SimpleNamespace(
-            kv_manager=SimpleNamespace(should_verify_kv_checksum=lambda addr: True), kv_checksum_signature=SIGNATURE
+            kv_manager=SimpleNamespace(should_verify_kv_checksum=lambda addr: True),
+            kv_checksum_signature=engine.signature,
         )
         sched.attn_tp_cpu_group = None
         sched.tree_cache = None
