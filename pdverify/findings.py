@@ -432,26 +432,47 @@ def _t6_explains_x2(kwargs: Mapping[str, Any], message: str) -> bool:
     return message.startswith(f"prefill's digest read pages {list(case.prefill_pages)}, not the pages it sent")
 
 
+def _swa_window(case: ChecksumCase, swa: tuple[int, ...], length: int) -> list[int]:
+    """A side's SWA pages of the window its SWAKVPool digest reads over ``[0, length)`` (page-aligned down)."""
+    ps = case.page_size
+    first = max(case.decode_prefix, length - case.sliding_window) // ps
+    return [swa[i] for i in range(first, (length - 1) // ps + 1)]
+
+
 def _f3_shows(kwargs: Mapping[str, Any]) -> bool:
-    """A rebootstrap whose kept outputs reach a page past the prompt's last one (within it, the two digests read the
-    same pages)."""
+    """A rebootstrap whose kept outputs reach a page past the prompt's last one, or move a hybrid SWA pool's window
+    (within them, the two digests read the same pages)."""
     case = kwargs.get("case")
     if not isinstance(case, ChecksumCase) or not case.rebootstrap:
         return False
-    return -(-case.length // case.page_size) > -(-case.prompt // case.page_size)
+    if -(-case.length // case.page_size) > -(-case.prompt // case.page_size):
+        return True
+    swa = case.decode_swa_pages
+    return bool(case.sliding_window) and _swa_window(case, swa, case.prompt) != _swa_window(case, swa, case.length)
+
+
+_F3_SWA_MESSAGE = re.compile(r"decode's digest read (swa|block_scale_swa) items \[([^\]]*)\]")
 
 
 def _f3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
-    """X2's message when decode's digest reads only its pages of the prompt, ``[0, len(origin_input_ids))``."""
+    """X2's message when decode's digest reads only its pages of the prompt, ``[0, len(origin_input_ids))``: its KV
+    pages, or a hybrid SWA pool's window over the prompt."""
     case = kwargs["case"]
     prompt_pages = list(case.decode_pages[: -(-case.prompt // case.page_size)])
-    return message.startswith(f"decode's digest read pages {prompt_pages}, not the pages the transfer landed on")
+    if message.startswith(f"decode's digest read pages {prompt_pages}, not the pages the transfer landed on"):
+        return True
+    m = _F3_SWA_MESSAGE.match(message)
+    if m is None or not case.sliding_window:
+        return False
+    items = [int(x) for x in m.group(2).split(",") if x.strip()]
+    return items == _swa_window(case, case.decode_swa_pages, case.prompt)
 
 
 def _f4_shows(kwargs: Mapping[str, Any]) -> bool:
-    """A KV pool that registers block scales for the transfer (``--kv-cache-dtype mxfp8``)."""
+    """An MXFP8 KV pool that registers block scales for the transfer (``--kv-cache-dtype mxfp8``) and no SWA layers
+    (an ``SWAKVPool`` gets state indices: F5)."""
     case = kwargs.get("case")
-    return isinstance(case, ChecksumCase) and case.block_scales
+    return isinstance(case, ChecksumCase) and case.block_scales and not case.sliding_window
 
 
 def _f4_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -462,6 +483,28 @@ def _f4_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return first.startswith("the handoff raised: prefill: AssertionError at checksum.py:") and first.endswith(
         "`assert state_indices_gpu is not None`"
     )
+
+
+def _f5_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A hybrid SWA pool with block scales (``SWAKVPool`` over MXFP8 sub-pools): three state types, two index spaces."""
+    case = kwargs.get("case")
+    return isinstance(case, ChecksumCase) and case.block_scales and bool(case.sliding_window)
+
+
+_F5_MESSAGE = re.compile(r"(prefill|decode)'s digest read block_scale items \[([^\]]*)\]")
+
+
+def _f5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when a side digested the full-attention layers' block scales at its SWA pages of the window -
+    the one state index vector ``state_indices_for_request`` gives every state type of an ``SWAKVPool`` - over the
+    request (or, on decode, its prompt: F3's length)."""
+    case = kwargs["case"]
+    m = _F5_MESSAGE.match(message)
+    if m is None:
+        return False
+    items = [int(x) for x in m.group(2).split(",") if x.strip()]
+    swa = case.prefill_swa_pages if m.group(1) == "prefill" else case.decode_swa_pages
+    return any(items == _swa_window(case, swa, length) for length in (case.length, case.prompt))
 
 
 def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -1307,6 +1350,17 @@ KNOWN: dict[str, KnownDefect] = {
             "the first request",
             _f4_shows,
             _f4_explains,
+        ),
+        KnownDefect(
+            "F5",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22", "0.5.23"),
+            "with the KV checksum on, a hybrid SWA pool with block scales (--kv-cache-dtype mxfp8) digests every state "
+            "type at the SWA window's pages: the full-attention layers' block scales are read at SWA page ids, so "
+            "decode rejects byte-exact transfers (or accepts with the real scales unchecked)",
+            _f5_shows,
+            _f5_explains,
         ),
     )
 }

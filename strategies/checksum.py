@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from pdverify.model.checksum import KV_CACHE_DTYPES, MXFP8_PAGE_SIZE, ChecksumCase
 from pdverify.properties.releases import DOMAIN
@@ -25,6 +26,7 @@ def checksum_cases(
     max_page_size: int = 64,
     max_chunks: int = 4,
     kv_cache_dtypes: tuple[str, ...] = KV_CACHE_DTYPES,
+    hybrid_swa: bool = True,
 ) -> st.SearchStrategy[ChecksumCase]:
     """One request's KV handoff with the checksum on: a KV cache dtype of ``kv_cache_dtypes`` (shrinks to the first;
     ``mxfp8`` where the release registers block scales, always at its page size 128), a page size up to
@@ -34,14 +36,17 @@ def checksum_cases(
     rebootstrap that kept ``0..max_outputs`` outputs (prompt + outputs half the time at a page boundary or one off
     it); prefill's chunk schedule (``1..max_chunks`` chunks); each side's row on its own fragmented distinct pages
     (never page 0). The first choice is a lean (``Choices.lean``): under one the lengths go to page boundaries and
-    the rows to fragmented pages."""
+    the rows to fragmented pages. Half the time where ``hybrid_swa``, a hybrid SWA model: a sliding window of
+    ``1..n + page_size`` tokens (half at a page boundary or one off it) and each side's SWA pages."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
     check_int("max_chunks", max_chunks, minimum=1)
     check_choices("kv_cache_dtypes", kv_cache_dtypes, KV_CACHE_DTYPES)
+    if not isinstance(hybrid_swa, bool):
+        raise InvalidArgument(f"hybrid_swa={hybrid_swa!r} must be a bool")
     return _checksum_cases(max_prompt=max_prompt, max_outputs=max_outputs, max_page_size=max_page_size,
-                           max_chunks=max_chunks, kv_cache_dtypes=kv_cache_dtypes)  # fmt: skip
+                           max_chunks=max_chunks, kv_cache_dtypes=kv_cache_dtypes, hybrid_swa=hybrid_swa)  # fmt: skip
 
 
 @st.composite
@@ -53,6 +58,7 @@ def _checksum_cases(
     max_page_size: int,
     max_chunks: int,
     kv_cache_dtypes: tuple[str, ...],
+    hybrid_swa: bool,
 ) -> ChecksumCase:
     c = Choices(draw)
     c.lean()
@@ -68,14 +74,25 @@ def _checksum_cases(
     d = boundary_prefix(c, prompt, ps) if DOMAIN.decode_prefix and not rebootstrap else 0
     n = prompt + outputs
     pages = -(-n // ps)
+    prefill_pages = tuple(distinct_sample(c, 1, 4 * pages + 8, pages))
+    decode_pages = tuple(distinct_sample(c, 1, 4 * pages + 8, pages))
+    chunk_ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
+    window = 0
+    swa: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    if hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
+        window = boundary_length(c, 1, n + ps, ps)  # within a page, across the prefix, past the whole request
+        swa = (tuple(distinct_sample(c, 1, 2 * pages + 4, pages)), tuple(distinct_sample(c, 1, 2 * pages + 4, pages)))
     return ChecksumCase(
         page_size=ps,
         prompt=prompt,
-        prefill_pages=tuple(distinct_sample(c, 1, 4 * pages + 8, pages)),
-        decode_pages=tuple(distinct_sample(c, 1, 4 * pages + 8, pages)),
-        chunk_ends=tuple(draw_chunk_ends(c, n, max_chunks=max_chunks)),
+        prefill_pages=prefill_pages,
+        decode_pages=decode_pages,
+        chunk_ends=chunk_ends,
         decode_prefix=d,
         rebootstrap=rebootstrap,
         outputs=outputs,
         kv_cache_dtype=dtype,
+        sliding_window=window,
+        prefill_swa_pages=swa[0],
+        decode_swa_pages=swa[1],
     )

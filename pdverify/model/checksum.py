@@ -1,10 +1,10 @@
-"""The PD KV checksum end to end (``--disaggregation-enable-kv-checksum``, SGLang 0.5.21 on): one request's KV
-handed from prefill to decode, digested on both sides and verified by decode.
+"""The PD KV checksum end to end (``--disaggregation-enable-kv-checksum``, SGLang 0.5.21 on): one request's KV handed
+from prefill to decode, digested on both sides and verified by decode.
 
 Prefill's last send digests the pages of the request's row it sends and writes the digest into the request's
 metadata; the transfer copies each sent page, whole, onto decode's destination page for it; decode commits the
-transfer, digests its own row's pages over the same range and aborts the request when the digests differ. The
-range is ``[D, n)``: ``D`` the page-aligned prefix decode's tree already holds (never sent, never digested; 0 for a
+transfer, digests its own row's pages over the same range and aborts the request when the digests differ. The range
+is ``[D, n)``: ``D`` the page-aligned prefix decode's tree already holds (never sent, never digested; 0 for a
 rebootstrap, which skips the radix match), ``n`` the tokens prefill computed - the prompt, or for a PD rebootstrap
 (``pause_generation(mode="retract")``) the prompt plus the outputs decode kept (the boundary token is popped and
 replayed on decode, ``Scheduler.pause_generation``).
@@ -12,7 +12,12 @@ replayed on decode, ``Scheduler.pause_generation``).
 The KV cache dtype (``--kv-cache-dtype``, the same on both sides: one model, one layout) decides what each side
 registers for the transfer and the digest: K and V per layer, and for ``mxfp8`` (``MHATokenToKVPoolMXFP8``) the
 UE8M0 block scales as ``BLOCK_SCALE`` state, one item per KV page, sent with the KV page ids
-(``_full_kv_pages_payload``). A page's scales belong to the page: whatever digests a page's KV digests its scales.
+(``_full_kv_pages_payload``). A page's scales belong to the page: whatever digests a page's KV digests its scales. A
+hybrid SWA model (``SWAKVPool``: full-attention and sliding-window layers) also registers its SWA KV as ``SWA``
+state, addressed by SWA pages (each full slot's through ``full_to_swa_index_mapping``) and sent for the window only,
+the pages of ``[max(D, n - window), n)`` (page-aligned down); with ``mxfp8`` each sub-pool's block scales ride as
+their own state (``BLOCK_SCALE`` by full pages, ``BLOCK_SCALE_SWA`` by SWA pages). Each state item is digested as it
+is sent: by the index space and over the range of its own payload.
 
 A ``ChecksumCase`` is that request: the KV cache dtype, the page size, the prompt, the prefix, whether it is a
 rebootstrap and how many outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``). A
@@ -59,6 +64,13 @@ class ChecksumCase:
     rebootstrap."""
     kv_cache_dtype: str = "auto"
     """``--kv-cache-dtype`` of both servers (``KV_CACHE_DTYPES``); ``mxfp8`` at page size ``MXFP8_PAGE_SIZE`` only."""
+    sliding_window: int = 0
+    """The sliding window (tokens) of a hybrid SWA model, both sides; 0: no SWA layers (a plain pool)."""
+    prefill_swa_pages: tuple[int, ...] = ()
+    """With a sliding window: prefill's SWA page for each logical page of ``[0, n)`` (what its
+    ``full_to_swa_index_mapping`` maps the row's full pages to); distinct, never page 0. Empty without one."""
+    decode_swa_pages: tuple[int, ...] = ()
+    """Decode's, likewise."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -72,6 +84,7 @@ class ChecksumCase:
                 f"kv_cache_dtype='mxfp8' at page_size={self.page_size}: the MXFP8 pool writes its block scales only in "
                 f"the interleaved layout of page size {MXFP8_PAGE_SIZE}"
             )
+        require_int("sliding_window", self.sliding_window, minimum=0)
         if not isinstance(self.rebootstrap, bool):
             raise TypeError(f"rebootstrap must be a bool, got {self.rebootstrap!r}")
         if self.decode_prefix > self.prompt or self.decode_prefix % self.page_size:
@@ -94,11 +107,32 @@ class ChecksumCase:
                                  f"{self.page_size} takes {pages}")  # fmt: skip
             if len(set(row)) != len(row) or any(not isinstance(p, int) or p < 1 for p in row):
                 raise ValueError(f"{side} must be distinct page ids >= 1 (page 0 pads), got {row}")
+        for side in ("prefill_swa_pages", "decode_swa_pages"):
+            row = getattr(self, side)
+            if not self.sliding_window:
+                if row:
+                    raise ValueError(f"{side}={row} without a sliding window: a plain pool has no SWA pages")
+                continue
+            if len(row) != pages:
+                raise ValueError(f"{side} holds {len(row)} pages; [0, {self.length}) at page size "
+                                 f"{self.page_size} takes {pages}")  # fmt: skip
+            if len(set(row)) != len(row) or any(not isinstance(p, int) or p < 1 for p in row):
+                raise ValueError(f"{side} must be distinct SWA page ids >= 1 (page 0 pads), got {row}")
 
     @property
     def block_scales(self) -> bool:
         """Whether the pool registers block scales (``BLOCK_SCALE`` state) for the transfer and the digest."""
         return self.kv_cache_dtype == "mxfp8"
+
+    @property
+    def state_types(self) -> tuple[str, ...]:
+        """The state types the pool registers for the transfer and the digest, in ``setup_state_kv_args``' order."""
+        kinds = ["swa"] if self.sliding_window else []
+        if self.block_scales:
+            kinds.append("block_scale")
+            if self.sliding_window:
+                kinds.append("block_scale_swa")
+        return tuple(kinds)
 
     @property
     def length(self) -> int:
@@ -116,6 +150,10 @@ class ChecksumCase:
             used.append("paged_transfer")
         if self.block_scales:
             used.append("state:BLOCK_SCALE")
+        if self.sliding_window and self.page_size > 1:
+            used.append("swa_paged_pool")
+        if self.sliding_window and self.decode_prefix:
+            used.append("swa_decode_prefix")
         return tuple(used)
 
 
@@ -134,12 +172,14 @@ class ChecksumTrace:
     """Decode kept the request after verifying (the digests matched)."""
     message: str = ""
     """Why decode rejected it (its abort message), when it did."""
-    prefill_state_digest: tuple[int, ...] = ()
-    """The items of prefill's state buffers (the block scales) its digest read, in order; empty when it read none."""
-    decode_state_digest: tuple[int, ...] = ()
-    """The items of decode's state buffers its digest read, in order."""
-    sent_state: tuple[int, ...] = ()
-    """The block-scale pages prefill sent with the KV (its ``BLOCK_SCALE`` payload), in order; empty without one."""
+    prefill_state_digest: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Per registered state type (``"swa"``, ``"block_scale"``, ``"block_scale_swa"``, in registration order), the
+    items of prefill's buffers of that type its digest read, in order (every buffer of a type the same items); empty
+    without state."""
+    decode_state_digest: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Decode's, likewise."""
+    sent_state: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Per registered state type, the items prefill's sends carried for it (its payloads), in order."""
     raised: str = ""
     """What a side's scheduler raised in the handoff (``"prefill: AssertionError at checksum.py:120 ..."``); empty
     when neither did."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from unittest import mock
 
+import torch
+
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
 from pdverify.mutants.catalogue import mutant
 from pdverify.production import checksum as port
@@ -28,13 +30,32 @@ def partial_page_sent(case: ChecksumCase, device: str) -> ChecksumTrace:
         return port.kv_checksum(case, device)
 
 
-@mutant("XV04", "kv_checksum", "missing case", "no state indices for the block scales (F4: 0.5.21-0.5.23)")
+@mutant("XV04", "kv_checksum", "missing case", "state indices for a hybrid SWA pool only (F4: 0.5.21-0.5.23)")
 def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
-    with mock.patch.object(port, "state_indices", lambda block_scales, kv_pages: None):
+    fixed = port.state_indices
+    with mock.patch.object(port, "state_indices", lambda c, kv, window: fixed(c, kv, window) if c.sliding_window
+                           else None):  # fmt: skip
         return port.kv_checksum(case, device)
 
 
-@mutant("XV05", "kv_checksum", "missing case", "the block scales go undigested (state indices empty)")
+@mutant("XV05", "kv_checksum", "missing case", "the block scales go undigested (their state indices empty)")
 def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
-    with mock.patch.object(port, "state_indices", lambda block_scales, kv_pages: kv_pages[:0]):
+    def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        got = port_indices(c, kv, window)
+        return None if got is None else {k: v[:0] if k.startswith("block_scale") else v for k, v in got.items()}
+
+    port_indices = port.state_indices
+    with mock.patch.object(port, "state_indices", indices):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV06", "kv_checksum", "wrong index space", "every state type digested at the SWA window's pages (F5)")
+def one_state_index_vector(case: ChecksumCase, device: str) -> ChecksumTrace:
+    fixed = port.state_indices
+
+    def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window)
+        return None if got is None or not c.sliding_window else dict.fromkeys(got, window)
+
+    with mock.patch.object(port, "state_indices", indices):
         return port.kv_checksum(case, device)

@@ -1,10 +1,11 @@
 """Oracle of the PD KV checksum end to end: plain Python over the case's page lists, no shared helper.
 
-Both digests cover what is transferred and nothing else: the logical pages of ``[D, n)`` (``D`` page-aligned, so
-the first is page ``D // page_size``; the last is the partial page holding token ``n - 1``), on prefill's row what
-prefill sends, on decode's row where it lands - and, where the pool registers block scales (``mxfp8``), those pages'
-scale items too: a page's scales travel and are digested with it. A page-granular transfer copies every byte the two
-digests read, so decode accepts the request.
+Both digests cover what is transferred and nothing else: the logical pages of ``[D, n)`` (``D`` page-aligned, so the
+first is page ``D // page_size``; the last is the partial page holding token ``n - 1``), on prefill's row what
+prefill sends, on decode's row where it lands - and each registered state item as it is sent: a hybrid SWA pool's
+SWA KV by each side's SWA pages over the window ``[max(D, n - window), n)`` (page-aligned down), block scales
+(``mxfp8``) with the pages they scale (full pages over ``[D, n)``, SWA pages over the window). A page-granular
+transfer copies every byte the two digests read, so decode accepts the request.
 """
 
 from __future__ import annotations
@@ -29,11 +30,30 @@ def decode_digest(case: ChecksumCase) -> list[int]:
     return [case.decode_pages[i] for i in logical_pages(case)]
 
 
-def prefill_state_digest(case: ChecksumCase) -> list[int]:
-    """The block-scale items prefill digests: a page's scales with the page (none when the pool registers none)."""
-    return prefill_digest(case) if case.kv_cache_dtype == "mxfp8" else []
+def window_pages(case: ChecksumCase) -> list[int]:
+    """The logical pages of the sliding window prefill sends: ``[max(D, n - window), n)``, page-aligned down."""
+    n = case.prompt + case.outputs
+    start = max(case.decode_prefix, n - case.sliding_window)
+    return list(range(start // case.page_size, (n - 1) // case.page_size + 1))
 
 
-def decode_state_digest(case: ChecksumCase) -> list[int]:
-    """The block-scale items decode digests, likewise on its own pages."""
-    return decode_digest(case) if case.kv_cache_dtype == "mxfp8" else []
+def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...]) -> list[tuple[str, list[int]]]:
+    """Each registered state type with the items a side digests of it: its own payload's index space and range."""
+    out: list[tuple[str, list[int]]] = []
+    if case.sliding_window:
+        out.append(("swa", [swa[i] for i in window_pages(case)]))
+    if case.kv_cache_dtype == "mxfp8":
+        out.append(("block_scale", [full[i] for i in logical_pages(case)]))
+        if case.sliding_window:
+            out.append(("block_scale_swa", [swa[i] for i in window_pages(case)]))
+    return out
+
+
+def prefill_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
+    """The state items prefill digests, per registered state type (none when the pool registers no state)."""
+    return _state(case, case.prefill_pages, case.prefill_swa_pages)
+
+
+def decode_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
+    """The state items decode digests, per registered state type, on its own pages."""
+    return _state(case, case.decode_pages, case.decode_swa_pages)

@@ -1,14 +1,15 @@
-"""The PD KV checksum end to end, ported from SGLang 0.5.23 with F3's and F4's fixes (``findings/F3/fix.patch``,
-``findings/F4/fix.patch``): ``send_kv_chunk``'s digest on prefill, the page-granular transfer,
-``_verify_kv_checksums`` on decode.
+"""The PD KV checksum end to end, ported from SGLang 0.5.23 with the fixes of F3, F4 and F5 (``findings/<ID>/``):
+``send_kv_chunk``'s digest on prefill, the page-granular transfer, ``_verify_kv_checksums`` on decode.
 
 Each side digests ``page_indices_for_request(row, end, start=D)`` - its row's tokens ``[D, end)`` strided to page
-ids - over its registered KV buffer, one item per page. Prefill's end is the tokens it computed; decode's is the
+ids - over its registered KV buffers, one item per page. Prefill's end is the tokens it computed; decode's is the
 row ``prepare_for_prebuilt`` committed: the prompt plus the outputs but the last (the handoff token, whose KV is not
 written yet), which for a rebootstrap is the prompt plus the outputs it kept. The buffers are host bytes standing
-for the device KV (a page's bytes: its id, repeated), so a digest of the wrong pages differs from prefill's. An
-``mxfp8`` pool also registers its block scales as state, one item per KV page: ``compute`` refuses to digest without
-state indices, and F4's fix gives the KV page ids (the scales are sent with them, ``_full_kv_pages_payload``).
+for the device KV (a page's bytes: its logical page, repeated; another request's elsewhere), so a digest of the
+wrong pages differs from prefill's. A pool that registers state (an ``mxfp8`` pool's block scales, a hybrid SWA
+pool's SWA KV and its scales) digests each state type by its own payload's index space and range: full pages of
+``[D, n)`` for ``BLOCK_SCALE``, SWA pages of the window for ``SWA`` and ``BLOCK_SCALE_SWA``; ``compute`` refuses to
+digest registered state without indices.
 """
 
 from __future__ import annotations
@@ -30,26 +31,42 @@ def page_indices_for_request(row: torch.Tensor, end: int, page_size: int, start:
     return idx if page_size == 1 else idx[::page_size] // page_size
 
 
-def state_indices(block_scales: bool, kv_pages: torch.Tensor) -> torch.Tensor | None:
-    """The state indices a side digests: for block scales, the KV page ids (F4's fix; 0.5.21-0.5.23 give None);
-    None for a pool that registers no state."""
-    return kv_pages if block_scales else None
+OTHER = {"prefill": b"\xa5", "decode": b"\x5a"}
+"""A byte of what another request left in each side's items outside this request's pages (a busy pool's)."""
+
+
+def state_indices(
+    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor
+) -> dict[str, torch.Tensor] | None:
+    """The state indices a side digests, per registered state type, each by its own payload's index space and range
+    (F4's and F5's fix: 0.5.21-0.5.23 give None for the MXFP8 pool and the SWA window's pages to every state type of
+    a hybrid SWA pool); None for a pool that registers no state."""
+    if not case.state_types:
+        return None
+    by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages}
+    return {kind: by_type[kind] for kind in case.state_types}
 
 
 def digest(
-    kv: dict[int, bytes], pages: torch.Tensor, scales: dict[int, bytes] | None, state: torch.Tensor | None
-) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """``KvChecksumComputer.compute``: Adler-32 over the KV items at ``pages`` then the state items at ``state`` (1
-    over none, as the kernel), with the KV and state items read. Refuses registered state without indices."""
-    if scales is not None and state is None:
+    kv: dict[int, bytes],
+    pages: torch.Tensor,
+    states: dict[str, dict[int, bytes]],
+    indices: dict[str, torch.Tensor] | None,
+    other: bytes,
+) -> tuple[int, tuple[int, ...], tuple[tuple[str, tuple[int, ...]], ...]]:
+    """``KvChecksumComputer.compute``: Adler-32 over the KV items at ``pages`` then each state type's items at its
+    indices (1 over none, as the kernel; an item outside the request holds ``other``), with the items read. Refuses
+    registered state without indices."""
+    if states and indices is None:
         raise AssertionError("state buffers are registered but compute() was given no state indices")
     read = tuple(int(p) for p in pages.cpu().tolist())
-    parts = [kv[p] for p in read]
-    state_read: tuple[int, ...] = ()
-    if scales is not None and state is not None:
-        state_read = tuple(int(p) for p in state.cpu().tolist())
-        parts += [scales[p] for p in state_read]
-    return (zlib.adler32(b"".join(parts)) if parts else 1), read, state_read
+    parts = [kv.get(p, other) for p in read]
+    state_read: list[tuple[str, tuple[int, ...]]] = []
+    for kind, buffer in states.items():
+        items = () if indices is None else tuple(int(p) for p in indices[kind].cpu().tolist())
+        parts += [buffer.get(p, other) for p in items]
+        state_read.append((kind, items))
+    return (zlib.adler32(b"".join(parts)) if parts else 1), read, tuple(state_read)
 
 
 def chunk_stop(end: int, page_size: int, last: bool) -> int:
@@ -74,58 +91,91 @@ def _row(pages: tuple[int, ...], page_size: int, length: int, device: str) -> to
     return torch.tensor(slots, dtype=torch.int32, device=device)
 
 
+class _Side:
+    """One engine's row (full slots and, for a hybrid SWA pool, SWA slots) and its buffers' items."""
+
+    def __init__(self, case: ChecksumCase, name: str, device: str) -> None:
+        ps, n = case.page_size, case.length
+        self.name, self.other = name, OTHER[name]
+        self.full: tuple[int, ...] = getattr(case, f"{name}_pages")
+        self.swa: tuple[int, ...] = getattr(case, f"{name}_swa_pages")
+        self.row = _row(self.full, ps, n, device)
+        self.swa_row = _row(self.swa, ps, n, device) if case.sliding_window else self.row
+        self.kv: dict[int, bytes] = {}
+        self.states: dict[str, dict[int, bytes]] = {kind: {} for kind in case.state_types}
+
+    def key(self, kind: str, logical: int) -> int:
+        """The item of ``kind`` that holds a logical page: its full page, or its SWA page for SWA-indexed state."""
+        return self.full[logical] if kind in ("kv", "block_scale") else self.swa[logical]
+
+    def hold(self, logical: int) -> None:
+        """This side's items of a logical page hold its bytes (as prefill computed them)."""
+        self.kv[self.key("kv", logical)] = bytes([logical % 251 + 1]) * PAGE_BYTES
+        for j, (kind, buffer) in enumerate(self.states.items()):
+            buffer[self.key(kind, logical)] = bytes([(logical + 60 * (j + 1)) % 251 + 1]) * 2
+
+    def window(self, case: ChecksumCase, seq_len: int, start: int) -> torch.Tensor:
+        """The SWA pages of the window ``[max(start, seq_len - window), seq_len)``, page-aligned down."""
+        ps = case.page_size
+        first = max(start, seq_len - case.sliding_window) // ps * ps
+        return page_indices_for_request(self.swa_row, seq_len, ps, start=first)
+
+
 def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
     ps, n, d = case.page_size, case.length, case.decode_prefix
-    prefill_row = _row(case.prefill_pages, ps, n, device)
-    decode_row = _row(case.decode_pages, ps, n, device)
-    # the prefill engine's KV (and block scales): each page's bytes name the logical page they hold
-    prefill_kv = {p: bytes([i % 251 + 1]) * PAGE_BYTES for i, p in enumerate(case.prefill_pages)}
-    decode_kv = {p: bytes(PAGE_BYTES) for p in case.decode_pages}  # decode's pages before the transfer
-    prefill_sc, decode_sc = None, None
-    if case.block_scales:  # the block scales: one item per page, their own bytes
-        prefill_sc = {p: bytes([255 - i % 251]) * 2 for i, p in enumerate(case.prefill_pages)}
-        decode_sc = {p: bytes(2) for p in case.decode_pages}
-    for i in range(d // ps):  # decode's tree holds the prefix: the same KV, computed there
-        decode_kv[case.decode_pages[i]] = prefill_kv[case.prefill_pages[i]]
-        if prefill_sc is not None and decode_sc is not None:
-            decode_sc[case.decode_pages[i]] = prefill_sc[case.prefill_pages[i]]
+    pre, dec = _Side(case, "prefill", device), _Side(case, "decode", device)
+    for i in range(len(case.prefill_pages)):  # prefill computed every page
+        pre.hold(i)
+    for i in range(d // ps):  # decode's tree holds the prefix: the same bytes, computed there
+        dec.hold(i)
 
-    # prefill: each chunk sends its whole pages past what was sent, the last one the rest (with the block scales of
-    # every page of [0, n)); the last digests [D, n)
+    # prefill: each chunk sends its whole pages past what was sent, the last one the rest with the state payloads;
+    # the last digests [D, n)
     sent_list: list[int] = []
     start = d
     for k, end in enumerate(case.chunk_ends):
         last = k == len(case.chunk_ends) - 1
         stop = chunk_stop(end, ps, last)
         if stop > start or last:
-            sent_list += page_indices_for_request(prefill_row, stop, ps, start=start).cpu().tolist()
+            sent_list += page_indices_for_request(pre.row, stop, ps, start=start).cpu().tolist()
             start = max(start, stop)
     sent = tuple(int(p) for p in sent_list)
-    sent_state = tuple(page_indices_for_request(prefill_row, n, ps).cpu().tolist()) if case.block_scales else ()
-    mine = page_indices_for_request(prefill_row, n, ps, start=digest_start(d))
+    payload = {"swa": pre.window(case, n, d) if case.sliding_window else None,
+               "block_scale": page_indices_for_request(pre.row, n, ps)}  # fmt: skip
+    payload["block_scale_swa"] = payload["swa"]
+    sent_state = tuple((k, tuple(int(p) for p in _listed(payload[k]))) for k in case.state_types)
+    mine = page_indices_for_request(pre.row, n, ps, start=digest_start(d))
+    window = pre.window(case, n, digest_start(d)) if case.sliding_window else mine[:0]
     try:
-        expected, prefill_read, prefill_state = digest(
-            prefill_kv, mine, prefill_sc, state_indices(case.block_scales, mine)
-        )
+        expected, prefill_read, prefill_state = digest(pre.kv, mine, pre.states, state_indices(case, mine, window),
+                                                       pre.other)  # fmt: skip
     except AssertionError as exc:
         return ChecksumTrace((), sent, (), (), False, sent_state=sent_state, raised=f"prefill: AssertionError: {exc}")
-    destinations = page_indices_for_request(decode_row, n, ps, start=d)
-    dst = tuple(int(p) for p in destinations.cpu().tolist())
+    dst = tuple(int(p) for p in page_indices_for_request(dec.row, n, ps, start=d).cpu().tolist())
     for src, to in zip(sent, dst, strict=True):  # the transfer: whole pages
-        decode_kv[to] = prefill_kv[src]
-    if prefill_sc is not None and decode_sc is not None:  # decode's block-scale destinations: its pages of [0, n)
-        for src, to in zip(sent_state, page_indices_for_request(decode_row, n, ps).cpu().tolist(), strict=True):
-            decode_sc[int(to)] = prefill_sc[src]
+        dec.kv[to] = pre.kv[src]
+    landing = {"swa": dec.window(case, n, d) if case.sliding_window else None,
+               "block_scale": page_indices_for_request(dec.row, n, ps)}  # fmt: skip
+    landing["block_scale_swa"] = landing["swa"]
+    for kind, items in sent_state:  # each state payload onto decode's destinations for it
+        for src, to in zip(items, _listed(landing[kind]), strict=True):
+            dec.states[kind][int(to)] = pre.states[kind][src]
 
     # decode: the committed row is prompt + outputs but the handoff token; a rebootstrap's boundary token is replayed
     # as the handoff, so its kept outputs are all committed
     seq_len = verified_length(case.prompt, case.outputs + 1)
-    theirs = page_indices_for_request(decode_row, seq_len, ps, start=digest_start(d))
+    theirs = page_indices_for_request(dec.row, seq_len, ps, start=digest_start(d))
+    window = dec.window(case, seq_len, digest_start(d)) if case.sliding_window else theirs[:0]
     try:
-        got, decode_read, decode_state = digest(decode_kv, theirs, decode_sc, state_indices(case.block_scales, theirs))
+        got, decode_read, decode_state = digest(dec.kv, theirs, dec.states, state_indices(case, theirs, window),
+                                                dec.other)  # fmt: skip
     except AssertionError as exc:
         return ChecksumTrace(prefill_read, sent, dst, (), False, prefill_state_digest=prefill_state,
                              sent_state=sent_state, raised=f"decode: AssertionError: {exc}")  # fmt: skip
     message = "" if got == expected else f"KV checksum mismatch: decode {got:#x}, prefill {expected:#x}"
     return ChecksumTrace(prefill_read, sent, dst, decode_read, got == expected, message, prefill_state, decode_state,
                          sent_state)  # fmt: skip
+
+
+def _listed(pages: torch.Tensor | None) -> list[int]:
+    return [] if pages is None else [int(p) for p in pages.cpu().tolist()]

@@ -2,10 +2,11 @@
 
 Both digests must cover exactly what is transferred: prefill's the pages it sends over every chunk of the request,
 decode's the pages they land on (decode's metadata named them), each the request's pages for the logical pages of
-``[D, n)``, and where the pool registers block scales (``--kv-cache-dtype mxfp8``) those pages' scale items too,
-sent with the pages. A page-granular transfer copies every byte both read, so decode must accept the request: a
-rejected byte-exact transfer aborts a correct request (a 500), an accepted mismatch would let a bad transfer through;
-and neither scheduler may raise (an exception in the scheduler loop takes the server down).
+``[D, n)``, and each state item the pool registers as it is sent: block scales (``--kv-cache-dtype mxfp8``) with the
+pages they scale, a hybrid SWA pool's SWA KV (and its scales) by each side's SWA pages over the window. A
+page-granular transfer copies every byte both read, so decode must accept the request: a rejected byte-exact
+transfer aborts a correct request (a 500), an accepted mismatch would let a bad transfer through; and neither
+scheduler may raise (an exception in the scheduler loop takes the server down).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from pdverify.targets import Target
     "X2",
     "the KV checksum end to end: prefill's digest reads exactly the pages it sends over the request's chunks, "
     "decode's exactly the pages they land on - each side's pages of [D, n) - and decode accepts the byte-exact "
-    "transfer (a first handoff, or a rebootstrap recomputing prompt + kept outputs); with block scales (mxfp8) each "
-    "digest reads the scales of its pages too, every page's scales are sent, and neither side raises",
+    "transfer (a first handoff, or a rebootstrap recomputing prompt + kept outputs); each registered state type (mxfp8 "
+    "block scales, a hybrid SWA pool's window) is digested by its own payload's items, all of them sent, and neither "
+    "side raises",
     needs=("kv_checksum",),
     contract=FROM_KV_CHECKSUM,
     case=checksum_cases(),
@@ -33,7 +35,7 @@ def test_x2_kv_checksum_end_to_end(target: Target, device: str, case: ChecksumCa
     trace: ChecksumTrace = target.require("kv_checksum")(case, device)
     note_event("rebootstrap" if case.rebootstrap else "first handoff" + (" past a decode prefix" if case.decode_prefix
                                                                           else ""))  # fmt: skip
-    note_event(f"kv cache dtype {case.kv_cache_dtype}")
+    note_event(f"kv cache dtype {case.kv_cache_dtype}" + (", hybrid SWA" if case.sliding_window else ""))
     assert not trace.raised, f"the handoff raised: {trace.raised}"
     want_prefill, want_decode = oracle.prefill_digest(case), oracle.decode_digest(case)
     assert list(trace.sent) == want_prefill, (
@@ -48,18 +50,22 @@ def test_x2_kv_checksum_end_to_end(target: Target, device: str, case: ChecksumCa
     assert list(trace.decode_digest) == want_decode, (
         f"decode's digest read pages {list(trace.decode_digest)}, not the pages the transfer landed on {want_decode}"
     )
-    want_state = oracle.prefill_state_digest(case)
-    assert list(trace.prefill_state_digest) == want_state, (
-        f"prefill's digest read block scales {list(trace.prefill_state_digest)}, expected those of its pages "
-        f"{want_state}"
-    )
-    assert list(trace.decode_state_digest) == oracle.decode_state_digest(case), (
-        f"decode's digest read block scales {list(trace.decode_state_digest)}, expected those of its pages "
-        f"{oracle.decode_state_digest(case)}"
-    )
-    covered = [p for p in trace.sent_state if p in want_prefill] == want_prefill if case.block_scales else True
-    assert covered and (case.block_scales or not trace.sent_state), (
-        f"prefill sent block scales {list(trace.sent_state)}; the pages it sends {want_prefill} need theirs "
-        f"({'block scales' if case.block_scales else 'no state'} registered)"
-    )
+    for side, got, want in (
+        ("prefill", trace.prefill_state_digest, oracle.prefill_state_digest(case)),
+        ("decode", trace.decode_state_digest, oracle.decode_state_digest(case)),
+    ):
+        assert [kind for kind, _ in got] == [kind for kind, _ in want], (
+            f"{side}'s digest covered state types {[k for k, _ in got]}; the pool registers {[k for k, _ in want]}"
+        )
+        for (kind, items), (_, expected) in zip(got, want, strict=True):
+            assert list(items) == expected, (
+                f"{side}'s digest read {kind} items {list(items)}, expected those its {kind} payload carries for "
+                f"the digested range: {expected}"
+            )
+    sent_state = dict(trace.sent_state)
+    for kind, expected in oracle.prefill_state_digest(case):
+        carried = list(sent_state.get(kind, ()))
+        assert [p for p in carried if p in expected] == expected, (
+            f"prefill sent {kind} items {carried}; the items it digests {expected} must all be sent"
+        )
     assert trace.accepted, f"decode rejected a byte-exact transfer: {trace.message}"

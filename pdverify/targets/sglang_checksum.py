@@ -74,19 +74,35 @@ def _flat(nested: Any) -> list[int]:
     return [int(x) for group in nested for x in group]
 
 
-def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, pages: tuple[int, ...], row: int) -> Any:
-    """One engine as the server builds it for ``--kv-cache-dtype``: SGLang's own KV pool (``MHATokenToKVPool``, or
-    ``MHATokenToKVPoolMXFP8`` with its block scales), ``PagedTokenToKVPoolAllocator`` and ``ReqToTokenPool`` with the
-    request's row on ``pages``; its PD registration (``get_kv_transfer_buf_infos``, ``setup_state_kv_args``) decides
-    the buffers its checksum computer digests."""
+def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int) -> Any:
+    """One engine as the server builds it for ``--kv-cache-dtype`` and the model: SGLang's own KV pool
+    (``MHATokenToKVPool``, ``MHATokenToKVPoolMXFP8`` with its block scales, or for a hybrid SWA model ``SWAKVPool``
+    over two of them, a full-attention and a sliding-window layer), its allocator (``PagedTokenToKVPoolAllocator``,
+    ``SWATokenToKVPoolAllocator``) and ``ReqToTokenPool`` with the request's row on the side's pages (and its SWA
+    pages in ``full_to_swa_index_mapping``); its PD registration (``get_kv_transfer_buf_infos``,
+    ``setup_state_kv_args``) decides the buffers its checksum computer digests. Every item holds another request's
+    bytes (the side's own) until the request's pages are filled."""
     ps, dtype = case.page_size, KV_DTYPES[case.kv_cache_dtype]
-    size = max(pages) * ps  # page ids 1..max(pages); the pool adds the padding page 0
+    pages: tuple[int, ...] = getattr(case, f"{side}_pages")
+    swa_pages: tuple[int, ...] = getattr(case, f"{side}_swa_pages")
+    # page ids 1..max; the pool adds the padding page 0. A hybrid SWA pool's SWA part is no larger than its full part
+    # (--swa-full-tokens-ratio, 0.8 by default)
+    size = max(pages + swa_pages) * ps
     mxfp8 = case.kv_cache_dtype == "mxfp8"
     pool_class = sg.memory_pool.MHATokenToKVPoolMXFP8 if mxfp8 else sg.memory_pool.MHATokenToKVPool
-    pool = pool_class(size=size, page_size=ps, dtype=dtype, head_num=1, head_dim=32 if mxfp8 else 8, layer_num=2,
-                      device="cpu", enable_memory_saver=False, enable_alt_stream=False)  # fmt: skip
-    allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
-                                               need_sort=False)  # fmt: skip
+    shape = {"page_size": ps, "dtype": dtype, "head_num": 1, "head_dim": 32 if mxfp8 else 8, "device": "cpu",
+             "enable_memory_saver": False, "enable_alt_stream": False}  # fmt: skip
+    if case.sliding_window:
+        size_swa = max(swa_pages) * ps
+        pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                            token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
+        allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
+        for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
+            allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
+    else:
+        pool = pool_class(size=size, layer_num=2, **shape)
+        allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
+                                                   need_sort=False)  # fmt: skip
     rows = sg.memory_pool.ReqToTokenPool(size=row + 1, max_context_len=len(pages) * ps, device="cpu",
                                          enable_memory_saver=False)  # fmt: skip
     rows.req_to_token[row] = torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int32)
@@ -94,10 +110,15 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, pages: tuple[int, ..
     kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = sg.utils.get_kv_transfer_buf_infos(pool)
     sg.utils.setup_state_kv_args(kv_args, pool, None, req_to_token_pool=rows)
     engine = SimpleNamespace(pool=pool, allocator=allocator, req_to_token_pool=rows, kv_args=kv_args, row=row,
-                             reads=[])  # fmt: skip
+                             reads=[], pages=pages, swa_pages=swa_pages, sliding_window=case.sliding_window or None,
+                             types=[getattr(t, "value", t) for t in kv_args.state_types])  # fmt: skip
     buffers.register(engine, "kv", kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens)
-    buffers.register(engine, "state", _flat(kv_args.state_data_ptrs), _flat(kv_args.state_data_lens),
-                     _flat(kv_args.state_item_lens))  # fmt: skip
+    for kind, ptrs, lens, items in zip(engine.types, kv_args.state_data_ptrs, kv_args.state_data_lens,
+                                       kv_args.state_item_lens, strict=True):  # fmt: skip
+        buffers.register(engine, kind, list(ptrs), list(lens), list(items))
+    for base, (nbytes, _, owner, _) in buffers.by_base.items():  # another request's bytes everywhere
+        if owner is engine:
+            ctypes.memset(base, 0xA5 if side == "prefill" else 0x5A, nbytes)
     engine.signature = SIGNATURE
     if hasattr(sg.utils, "kv_layout_signature"):  # 0.5.23: each side's own, as _init_kv_manager registers it
         kv_args.page_size, kv_args.kv_cache_dtype_str = ps, case.kv_cache_dtype
@@ -106,30 +127,33 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, pages: tuple[int, ..
     return engine
 
 
-def _items(engine: Any) -> list[tuple[int, int]]:
-    """(base, item length) of each buffer the engine registered, KV then state."""
+SWA_INDEXED = ("swa", "block_scale_swa")
+"""The state types addressed by SWA pages (the others by full pages)."""
+
+
+def _buffers_of(engine: Any, kind: str) -> list[tuple[int, int]]:
+    """(base, item length) of each buffer the engine registered of ``kind`` (``"kv"`` or a state type)."""
     a = engine.kv_args
-    return list(zip(a.kv_data_ptrs, a.kv_item_lens, strict=True)) + list(
-        zip(_flat(a.state_data_ptrs), _flat(a.state_item_lens), strict=True)
-    )
+    if kind == "kv":
+        return list(zip(a.kv_data_ptrs, a.kv_item_lens, strict=True))
+    at = engine.types.index(kind)
+    return list(zip(a.state_data_ptrs[at], a.state_item_lens[at], strict=True))
 
 
-def _fill(engine: Any, pages: tuple[int, ...], logical: range) -> None:
-    """Each buffer's item at ``pages[i]`` holds logical page ``i``'s bytes (the same on both sides)."""
-    for b, (base, item) in enumerate(_items(engine)):
-        for i in logical:
-            ctypes.memset(int(base) + pages[i] * int(item), (7 * i + b) % 251 + 1, int(item))
+def _fill(engine: Any, logical: range) -> None:
+    """Each buffer's item for logical page ``i`` (its full page, or its SWA page for SWA-indexed state) holds that
+    page's bytes (the same on both sides)."""
+    for k, kind in enumerate(["kv", *engine.types]):
+        ids = engine.swa_pages if kind in SWA_INDEXED else engine.pages
+        for b, (base, item) in enumerate(_buffers_of(engine, kind)):
+            for i in logical:
+                ctypes.memset(int(base) + ids[i] * int(item), (7 * i + 3 * b + 50 * k) % 251 + 1, int(item))
 
 
 def _copy(src: Any, dst: Any, kind: str, src_items: list[int], dst_items: list[int]) -> None:
     """The transfer: item ``src_items[i]`` of each of prefill's buffers of ``kind`` onto ``dst_items[i]`` of decode's
     peer buffer (Mooncake's page-granular copy)."""
-    a, b = src.kv_args, dst.kv_args
-    if kind == "kv":
-        pairs = zip(a.kv_data_ptrs, b.kv_data_ptrs, a.kv_item_lens, strict=True)
-    else:
-        pairs = zip(_flat(a.state_data_ptrs), _flat(b.state_data_ptrs), _flat(a.state_item_lens), strict=True)
-    for sp, dp, n in pairs:
+    for (sp, n), (dp, _) in zip(_buffers_of(src, kind), _buffers_of(dst, kind), strict=True):
         for s, d in zip(src_items, dst_items, strict=True):
             ctypes.memmove(int(dp) + int(d) * int(n), int(sp) + int(s) * int(n), int(n))
 
@@ -190,6 +214,8 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.mem_cache import memory_pool
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     return SimpleNamespace(
@@ -206,6 +232,8 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         utils=utils,
         memory_pool=memory_pool,
         PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator,
+        SWATokenToKVPoolAllocator=SWATokenToKVPoolAllocator,
+        SWAKVPool=SWAKVPool,
         SamplingParams=SamplingParams,
     )
 
@@ -229,10 +257,10 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     sg = _modules()
     ps, d = case.page_size, case.decode_prefix
     buffers = _Buffers()
-    pre = _engine(sg, case, buffers, case.prefill_pages, row=2)
-    dec = _engine(sg, case, buffers, case.decode_pages, row=1)
-    _fill(pre, case.prefill_pages, range(len(case.prefill_pages)))  # each page holds its logical page's bytes
-    _fill(dec, case.decode_pages, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
+    pre = _engine(sg, case, buffers, "prefill", row=2)
+    dec = _engine(sg, case, buffers, "decode", row=1)
+    _fill(pre, range(len(case.prefill_pages)))  # each page holds its logical page's bytes
+    _fill(dec, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
 
     # decode: the request, and a retraction after its outputs (Scheduler.pause_generation, mode="retract")
     dreq = _req(sg, "r0", [1000 + i for i in range(case.prompt)])
@@ -249,13 +277,20 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     decode_req = sg.DecodeRequest(req=dreq, kv_receiver=SimpleNamespace(clear=lambda: None),
                                   is_rebootstrap=case.rebootstrap, metadata_buffer_index=0)  # fmt: skip
     decode_row = dec.req_to_token_pool.req_to_token[dec.row]
-    if hasattr(sg.DecodePreallocQueue, "_transfer_page_indices"):  # the queue itself is not read
-        dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, decode_row[d:fill], ps)
-        scale_dst = sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, decode_row[:fill], ps)
-    else:
-        dst = sg.decode.kv_to_page_indices(decode_row[d:fill].numpy(), ps)
-        scale_dst = sg.decode.kv_to_page_indices(decode_row[:fill].numpy(), ps)
-    destinations = tuple(int(p) for p in dst.tolist())
+
+    def pages_of(slots: torch.Tensor) -> list[int]:
+        if hasattr(sg.DecodePreallocQueue, "_transfer_page_indices"):  # the queue itself is not read
+            return [int(p) for p in sg.DecodePreallocQueue._transfer_page_indices(None, decode_req, slots, ps).tolist()]
+        return [int(p) for p in sg.decode.kv_to_page_indices(slots.numpy(), ps).tolist()]
+
+    destinations = tuple(pages_of(decode_row[d:fill]))
+    # decode's state destinations, as pop_preallocated's payloads name them: BLOCK_SCALE its pages of [0, fill)
+    # (_full_kv_pages_payload), SWA and BLOCK_SCALE_SWA its SWA pages of the window (_swa_payload)
+    landing: dict[str, list[int]] = {"block_scale": pages_of(decode_row[:fill])}
+    if case.sliding_window:
+        start = max(d, fill - case.sliding_window) // ps * ps
+        window = dec.allocator.translate_swa_indices_for_transfer(decode_row[start:fill])
+        landing["swa"] = landing["block_scale_swa"] = pages_of(window)
 
     # prefill: the request it receives (decode's rebootstrap payload, or the prompt), chunk by chunk
     ids = dreq.build_rebootstrap_payload()["input_ids"] if case.rebootstrap else list(dreq.origin_input_ids)
@@ -290,12 +325,14 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             sent = tuple(p for s, _ in sends for p in s)
             return ChecksumTrace((), sent, destinations, (), False, raised=f"prefill: {_where(exc)}")
         sent = tuple(p for s, _ in sends for p in s)
-        sent_state = _block_scale_pages(pre, sends)
+        sent_state = _state_payloads(pre, sends)
         if len(sent) != len(destinations):
             raise AssertionError(f"prefill sent {len(sent)} pages for {len(destinations)} destinations")
         _copy(pre, dec, "kv", list(sent), list(destinations))  # the transfer: whole pages
-        if sent_state:  # the block scales, onto decode's BLOCK_SCALE destinations (its pages of [0, fill))
-            _copy(pre, dec, "state", list(sent_state), [int(p) for p in scale_dst.tolist()][: len(sent_state)])
+        for kind, items in sent_state:  # each state payload onto decode's destinations for it
+            if len(items) != len(landing[kind]):
+                raise AssertionError(f"prefill sent {len(items)} {kind} items for {len(landing[kind])} destinations")
+            _copy(pre, dec, kind, list(items), landing[kind])
 
         _transfer_queue(sg, dsched, metadata)._commit_transfer_to_req(decode_req)
         dreq.pd_rebootstrap_in_progress = False  # prepare_for_prebuilt clears it before the batch is verified
@@ -316,7 +353,7 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             except AssertionError as exc:
                 prefill_read = pre.reads[0] if pre.reads else ()
                 return ChecksumTrace(_pages(buffers, pre, prefill_read, "kv"), sent, destinations, (), False,
-                                     prefill_state_digest=_pages(buffers, pre, prefill_read, "state"),
+                                     prefill_state_digest=_state_read(buffers, pre, prefill_read),
                                      sent_state=sent_state, raised=f"decode: {_where(exc)}")  # fmt: skip
     if len(pre.reads) != 1 or len(dec.reads) != 1:
         raise AssertionError(f"digests: prefill {len(pre.reads)}, decode {len(dec.reads)} (one each expected)")
@@ -324,21 +361,23 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     p_read, d_read = pre.reads[0], dec.reads[0]
     return ChecksumTrace(
         _pages(buffers, pre, p_read, "kv"), sent, destinations, _pages(buffers, dec, d_read, "kv"), kept,
-        "; ".join(aborted), _pages(buffers, pre, p_read, "state"), _pages(buffers, dec, d_read, "state"), sent_state,
+        "; ".join(aborted), _state_read(buffers, pre, p_read), _state_read(buffers, dec, d_read), sent_state,
     )  # fmt: skip
 
 
-def _block_scale_pages(engine: Any, sends: list[tuple[list[int], Any]]) -> tuple[int, ...]:
-    """The pages of prefill's ``BLOCK_SCALE`` payload over its sends (empty: the pool registers none)."""
-    kinds = [getattr(t, "value", t) for t in engine.kv_args.state_types]
-    if "block_scale" not in kinds:
-        return ()
-    at = kinds.index("block_scale")
-    pages: list[int] = []
+def _state_payloads(engine: Any, sends: list[tuple[list[int], Any]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Per registered state type, the items prefill's sends carried for it (empty without state)."""
+    carried: dict[str, list[int]] = {kind: [] for kind in engine.types}
     for _, state in sends:
-        if state is not None and state[at] is not None:
-            pages += [int(p) for p in torch.as_tensor(state[at]).reshape(-1).tolist()]
-    return tuple(pages)
+        for kind, items in zip(engine.types, state or [None] * len(engine.types), strict=True):
+            if items is not None:
+                carried[kind] += [int(p) for p in torch.as_tensor(items).reshape(-1).tolist()]
+    return tuple((kind, tuple(items)) for kind, items in carried.items())
+
+
+def _state_read(buffers: _Buffers, engine: Any, read: tuple[tuple[int, int], ...]) -> tuple[Any, ...]:
+    """Per registered state type, the items of the engine's buffers of that type a digest read."""
+    return tuple((kind, _pages(buffers, engine, read, kind)) for kind in engine.types)
 
 
 def _where(exc: BaseException) -> str:
@@ -374,6 +413,7 @@ class _PrefillScheduler:  # pragma: no cover - conformance venv
         sched.token_to_kv_pool_allocator = engine.allocator
         sched.req_to_token_pool = engine.req_to_token_pool
         sched.kv_checksum_computer = _computer(sg, engine)
+        sched.sliding_window_size = engine.sliding_window
         sched.enable_staging = False
         sched.disagg_prefill_pending_chunk_rids = set()
         sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
@@ -398,6 +438,7 @@ class _DecodeScheduler:  # pragma: no cover - conformance venv
         sched.token_to_kv_pool_allocator = engine.allocator
         sched.req_to_token_pool = engine.req_to_token_pool
         sched.kv_checksum_computer = _computer(sg, engine)
+        sched.sliding_window_size = engine.sliding_window
         sched.disagg_decode_prealloc_queue = SimpleNamespace(
             kv_manager=SimpleNamespace(should_verify_kv_checksum=lambda addr: True),
             kv_checksum_signature=engine.signature,
