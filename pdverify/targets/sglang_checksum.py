@@ -166,7 +166,10 @@ def _computer(sglang: Any, engine: Any) -> Any:
 
     class Computer(sglang.KvChecksumComputer):  # type: ignore[misc, name-defined, unused-ignore]
         def compute(self, kv_page_indices_gpu: Any, state_indices_gpu: Any = None) -> int:
-            state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
+            if isinstance(state_indices_gpu, (list, tuple)):  # one vector per state component (F5's fix)
+                state: Any = [t.as_subclass(OnDevice) for t in state_indices_gpu]
+            else:
+                state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
             engine.reads.append(())
             return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
 
