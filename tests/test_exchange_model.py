@@ -204,6 +204,13 @@ def checksum(**kw: Any) -> ChecksumCase:
         ({"outputs": -1}, "outputs"),
         ({"kv_cache_dtype": "fp16"}, "kv_cache_dtype='fp16' must be one of"),
         ({"kv_cache_dtype": "mxfp8"}, "kv_cache_dtype='mxfp8' at page_size=4"),
+        ({"prefill_swa_pages": (1, 2)}, "prefill_swa_pages=(1, 2) without a sliding window"),
+        ({"sliding_window": 4, "prefill_swa_pages": (1,), "decode_swa_pages": (1, 2)}, "prefill_swa_pages holds 1 "),
+        (
+            {"sliding_window": 4, "prefill_swa_pages": (1, 2), "decode_swa_pages": (0, 2)},
+            "decode_swa_pages must be distinct SWA page ids >= 1",
+        ),
+        ({"sliding_window": -1}, "sliding_window"),
     ],
 )
 def test_checksum_cases_reject_bad_input(kw: dict[str, Any], message: str) -> None:

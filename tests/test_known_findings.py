@@ -550,3 +550,43 @@ def test_t19_is_admission_without_the_room_to_finish() -> None:
         assert not t19.explanation("Q3")(args, "queue after the pass #1, expected #0, #1")
 
     _bound("0.4.7", check)
+
+
+def _checksum(**kw: Any) -> Any:
+    from pdverify.model.checksum import ChecksumCase
+
+    base: dict[str, Any] = {"page_size": 128, "prompt": 300, "prefill_pages": (5, 2, 7), "decode_pages": (3, 6, 1),
+                            "chunk_ends": (300,), "kv_cache_dtype": "mxfp8"}  # fmt: skip
+    return ChecksumCase(**{**base, **kw})
+
+
+def test_f4_f5_and_f3_on_swa_are_their_own_failures() -> None:
+    """F4 is the MXFP8 pool's assert, F5 a block-scale digest at the SWA window's pages, F3 (on a hybrid SWA pool)
+    decode's window over the prompt alone; each explains nothing else."""
+    f3, f4, f5 = KNOWN["F3"], KNOWN["F4"], KNOWN["F5"]
+    mx = {"case": _checksum()}
+    raised = "the handoff raised: prefill: AssertionError at checksum.py:120 `assert state_indices_gpu is not None`"
+    assert f4.shows(mx) and f4.explains(mx, raised + "\nassert not '...'")  # pytest's rewriting appends a line
+    assert not f4.explains(mx, raised.replace("prefill", "decode"))
+    assert not f4.explains(mx, "the handoff raised: prefill: AssertionError at checksum.py:120 `assert x`")
+    swa = {"case": _checksum(sliding_window=200, prefill_swa_pages=(4, 6, 2), decode_swa_pages=(2, 8, 5))}
+    assert not f4.shows(swa) and f5.shows(swa) and not f5.shows(mx)
+    # the window [100, 300) page-aligned down: logical pages 0-2, prefill's SWA pages [4, 6, 2]
+    assert f5.explains(swa, "prefill's digest read block_scale items [4, 6, 2], expected those its block_scale ...")
+    assert not f5.explains(swa, "prefill's digest read block_scale items [5, 2, 7], expected ...")
+    assert not f5.explains(swa, "decode's digest read swa items [2, 8, 5], expected ...")
+    # a rebootstrap whose one kept output moves decode's window (pages [1, 2]) but not its pages: F3 on SWA
+    moved = {"case": _checksum(kv_cache_dtype="auto", page_size=2, prompt=5, outputs=1, rebootstrap=True,
+                               prefill_pages=(5, 2, 7), decode_pages=(3, 6, 1), chunk_ends=(6,), sliding_window=2,
+                               prefill_swa_pages=(4, 6, 2), decode_swa_pages=(2, 8, 5))}  # fmt: skip
+    assert f3.shows(moved)
+    assert f3.explains(moved, "decode's digest read swa items [8, 5], expected those its swa payload carries ...")
+    assert not f3.explains(moved, "decode's digest read swa items [5], expected ...")
+    assert not f3.explains({"case": _checksum(kv_cache_dtype="auto", page_size=2, prompt=5, outputs=1,
+                                               rebootstrap=True, prefill_pages=(5, 2, 7), decode_pages=(3, 6, 1),
+                                               chunk_ends=(6,))},
+                           "decode's digest read swa items [8, 5], expected ...")  # fmt: skip
+    still = {"case": _checksum(kv_cache_dtype="auto", page_size=4, prompt=5, outputs=1, rebootstrap=True,
+                               prefill_pages=(5, 2), decode_pages=(3, 6), chunk_ends=(6,), sliding_window=8,
+                               prefill_swa_pages=(4, 6), decode_swa_pages=(2, 8))}  # fmt: skip
+    assert not f3.shows(still)  # the window [0, 5) and [0, 6) cover the same pages
