@@ -38,7 +38,7 @@ from unittest import mock
 import torch
 
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
-from pdverify.targets.sglang_prefill import _extend_range
+from pdverify.targets.sglang_prefill import _extend_range, on_device
 
 SIGNATURE = 0x5EED
 """The KV-layout signature both sides share where the release has no ``kv_layout_signature`` (one model, one
@@ -159,19 +159,10 @@ def _copy(src: Any, dst: Any, kind: str, src_items: list[int], dst_items: list[i
 
 
 def _computer(sglang: Any, engine: Any) -> Any:
-    class OnDevice(torch.Tensor):  # compute() asserts the index tensors are on the GPU
-        @property
-        def is_cuda(self) -> bool:  # type: ignore[override, unused-ignore]
-            return True
-
     class Computer(sglang.KvChecksumComputer):  # type: ignore[misc, name-defined, unused-ignore]
         def compute(self, kv_page_indices_gpu: Any, state_indices_gpu: Any = None) -> int:
-            if isinstance(state_indices_gpu, (list, tuple)):  # one vector per state component (F5's fix)
-                state: Any = [t.as_subclass(OnDevice) for t in state_indices_gpu]
-            else:
-                state = None if state_indices_gpu is None else state_indices_gpu.as_subclass(OnDevice)
             engine.reads.append(())
-            return int(super().compute(kv_page_indices_gpu.as_subclass(OnDevice), state))
+            return int(super().compute(on_device(kv_page_indices_gpu), on_device(state_indices_gpu)))
 
     a = engine.kv_args  # as PrefillBootstrapQueue / DecodePreallocQueue build it from their kv_args
     return Computer(torch.device("cpu"), kv_data_ptrs=a.kv_data_ptrs, kv_item_lens=a.kv_item_lens,
