@@ -95,7 +95,11 @@ def fixed_releases(triage: list[dict[str, Any]]) -> dict[str, str | None]:
 
 def fixed_release(finding: str, triage: list[dict[str, Any]]) -> str | None:
     """The first release that no longer has ``finding``, None where none has fixed it (``KeyError`` if untriaged)."""
-    fixed = fixed_releases(triage)
+    return _fixed_in(finding, fixed_releases(triage))
+
+
+def _fixed_in(finding: str, fixed: dict[str, str | None]) -> str | None:
+    """``fixed[finding]`` (a ``fixed_releases`` map), refusing a finding with no triage row."""
     if finding not in fixed:
         raise KeyError(f"finding {finding} has no triage row")
     return fixed[finding]
@@ -169,9 +173,7 @@ def due(example: FindingExample, release: str, fixed: dict[str, str | None]) -> 
 
     if release in KNOWN[example.finding].releases_for(example.property):
         return "reproduced"
-    if example.finding not in fixed:
-        raise KeyError(f"finding {example.finding} has no triage row")
-    if release == fixed[example.finding]:
+    if release == _fixed_in(example.finding, fixed):
         return "fixed"
     return None
 
