@@ -150,3 +150,14 @@ def test_triage_production_passages_are_the_recorded_examples() -> None:
         )
         quoted += 1
     assert quoted >= 11
+
+
+def test_an_untriaged_finding_is_refused_alike() -> None:
+    """``due`` and ``fixed_release`` refuse a finding with no triage row with the same message."""
+    triage = json.loads(TRIAGE_FILE.read_text())["triage"]
+    f3 = next(e for e in load_examples() if e.finding == "F3")
+    with pytest.raises(KeyError, match="finding F3 has no triage row"):
+        due(f3, "0.5.20", {})
+    with pytest.raises(KeyError, match="finding F9 has no triage row"):
+        fixed_release("F9", triage)
+    assert due(f3, "0.5.23", fixed_releases(triage)) == "reproduced" and fixed_release("F3", triage) is None
