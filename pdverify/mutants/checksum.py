@@ -40,11 +40,12 @@ def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
 
 @mutant("XV05", "kv_checksum", "missing case", "the block scales go undigested (their state indices empty)")
 def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
+    fixed = port.state_indices
+
     def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor) -> dict[str, torch.Tensor] | None:
-        got = port_indices(c, kv, window)
+        got = fixed(c, kv, window)
         return None if got is None else {k: v[:0] if k.startswith("block_scale") else v for k, v in got.items()}
 
-    port_indices = port.state_indices
     with mock.patch.object(port, "state_indices", indices):
         return port.kv_checksum(case, device)
 

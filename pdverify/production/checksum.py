@@ -96,7 +96,7 @@ class _Side:
 
     def __init__(self, case: ChecksumCase, name: str, device: str) -> None:
         ps, n = case.page_size, case.length
-        self.name, self.other = name, OTHER[name]
+        self.other = OTHER[name]
         self.full: tuple[int, ...] = getattr(case, f"{name}_pages")
         self.swa: tuple[int, ...] = getattr(case, f"{name}_swa_pages")
         self.row = _row(self.full, ps, n, device)
@@ -120,6 +120,23 @@ class _Side:
         first = max(start, seq_len - case.sliding_window) // ps * ps
         return page_indices_for_request(self.swa_row, seq_len, ps, start=first)
 
+    def payloads(self, case: ChecksumCase) -> dict[str, torch.Tensor | None]:
+        """Each state type's items of this side's transfer payload (prefill sends them, decode lands them there):
+        ``BLOCK_SCALE`` its full pages of ``[0, n)`` (``_full_kv_pages_payload``), ``SWA`` and ``BLOCK_SCALE_SWA``
+        its SWA pages of the window past ``D`` (``_swa_payload``)."""
+        window = self.window(case, case.length, case.decode_prefix) if case.sliding_window else None
+        full = page_indices_for_request(self.row, case.length, case.page_size)
+        return {"swa": window, "block_scale": full, "block_scale_swa": window}
+
+    def digest(
+        self, case: ChecksumCase, seq_len: int
+    ) -> tuple[int, tuple[int, ...], tuple[tuple[str, tuple[int, ...]], ...]]:
+        """This side's ``compute`` over its row's ``[D, seq_len)`` and its state there (raises as ``compute`` does)."""
+        start = digest_start(case.decode_prefix)
+        pages = page_indices_for_request(self.row, seq_len, case.page_size, start=start)
+        window = self.window(case, seq_len, start) if case.sliding_window else pages[:0]
+        return digest(self.kv, pages, self.states, state_indices(case, pages, window), self.other)
+
 
 def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
     ps, n, d = case.page_size, case.length, case.decode_prefix
@@ -140,35 +157,24 @@ def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
             sent_list += page_indices_for_request(pre.row, stop, ps, start=start).cpu().tolist()
             start = max(start, stop)
     sent = tuple(int(p) for p in sent_list)
-    payload = {"swa": pre.window(case, n, d) if case.sliding_window else None,
-               "block_scale": page_indices_for_request(pre.row, n, ps)}  # fmt: skip
-    payload["block_scale_swa"] = payload["swa"]
-    sent_state = tuple((k, tuple(int(p) for p in _listed(payload[k]))) for k in case.state_types)
-    mine = page_indices_for_request(pre.row, n, ps, start=digest_start(d))
-    window = pre.window(case, n, digest_start(d)) if case.sliding_window else mine[:0]
+    payload = pre.payloads(case)
+    sent_state = tuple((k, tuple(_listed(payload[k]))) for k in case.state_types)
     try:
-        expected, prefill_read, prefill_state = digest(pre.kv, mine, pre.states, state_indices(case, mine, window),
-                                                       pre.other)  # fmt: skip
+        expected, prefill_read, prefill_state = pre.digest(case, n)
     except AssertionError as exc:
         return ChecksumTrace((), sent, (), (), False, sent_state=sent_state, raised=f"prefill: AssertionError: {exc}")
     dst = tuple(int(p) for p in page_indices_for_request(dec.row, n, ps, start=d).cpu().tolist())
     for src, to in zip(sent, dst, strict=True):  # the transfer: whole pages
         dec.kv[to] = pre.kv[src]
-    landing = {"swa": dec.window(case, n, d) if case.sliding_window else None,
-               "block_scale": page_indices_for_request(dec.row, n, ps)}  # fmt: skip
-    landing["block_scale_swa"] = landing["swa"]
+    landing = dec.payloads(case)
     for kind, items in sent_state:  # each state payload onto decode's destinations for it
         for src, to in zip(items, _listed(landing[kind]), strict=True):
-            dec.states[kind][int(to)] = pre.states[kind][src]
+            dec.states[kind][to] = pre.states[kind][src]
 
     # decode: the committed row is prompt + outputs but the handoff token; a rebootstrap's boundary token is replayed
     # as the handoff, so its kept outputs are all committed
-    seq_len = verified_length(case.prompt, case.outputs + 1)
-    theirs = page_indices_for_request(dec.row, seq_len, ps, start=digest_start(d))
-    window = dec.window(case, seq_len, digest_start(d)) if case.sliding_window else theirs[:0]
     try:
-        got, decode_read, decode_state = digest(dec.kv, theirs, dec.states, state_indices(case, theirs, window),
-                                                dec.other)  # fmt: skip
+        got, decode_read, decode_state = dec.digest(case, verified_length(case.prompt, case.outputs + 1))
     except AssertionError as exc:
         return ChecksumTrace(prefill_read, sent, dst, (), False, prefill_state_digest=prefill_state,
                              sent_state=sent_state, raised=f"decode: AssertionError: {exc}")  # fmt: skip

@@ -50,8 +50,9 @@ def test_x2_kv_checksum_end_to_end(target: Target, device: str, case: ChecksumCa
     assert list(trace.decode_digest) == want_decode, (
         f"decode's digest read pages {list(trace.decode_digest)}, not the pages the transfer landed on {want_decode}"
     )
+    want_state = oracle.prefill_state_digest(case)
     for side, got, want in (
-        ("prefill", trace.prefill_state_digest, oracle.prefill_state_digest(case)),
+        ("prefill", trace.prefill_state_digest, want_state),
         ("decode", trace.decode_state_digest, oracle.decode_state_digest(case)),
     ):
         assert [kind for kind, _ in got] == [kind for kind, _ in want], (
@@ -63,7 +64,7 @@ def test_x2_kv_checksum_end_to_end(target: Target, device: str, case: ChecksumCa
                 f"the digested range: {expected}"
             )
     sent_state = dict(trace.sent_state)
-    for kind, expected in oracle.prefill_state_digest(case):
+    for kind, expected in want_state:
         carried = list(sent_state.get(kind, ()))
         assert [p for p in carried if p in expected] == expected, (
             f"prefill sent {kind} items {carried}; the items it digests {expected} must all be sent"

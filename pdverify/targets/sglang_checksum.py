@@ -50,7 +50,7 @@ KV_DTYPES = {"auto": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "mxfp8": t
 
 class _Buffers:
     """Every buffer both engines register for the transfer and the digest: base -> (bytes, item length, engine,
-    kind), kind ``"kv"`` or ``"state"``."""
+    kind), kind ``"kv"`` or the state type it was registered under (``"swa"``, ``"block_scale"``, ...)."""
 
     def __init__(self) -> None:
         self.by_base: dict[int, tuple[int, int, Any, str]] = {}
