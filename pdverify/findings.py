@@ -507,6 +507,36 @@ def _f5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return any(items == _swa_window(case, swa, length) for length in (case.length, case.prompt))
 
 
+def _f6_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A hybrid linear pool with DSA full-attention layers (``HybridLinearKVPool(use_dsa=True)``, GLM-5.3-Flash):
+    the Mamba state by slot, the index keys by page (and a compressed indexer's tail by request row)."""
+    case = kwargs.get("case")
+    return isinstance(case, ChecksumCase) and case.kv_pool == "mamba_dsa"
+
+
+_F6_MESSAGE = re.compile(r"(prefill|decode)'s digest read (dsa|dsa_tail) items \[([^\]]*)\]")
+_F6_OUT_OF_BOUNDS = re.compile(
+    r"the handoff raised: (prefill|decode): the digest read \d+ bytes at address \d+, on no registered buffer's "
+    r"item grid"
+)
+
+
+def _f6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when a side digested its DSA index keys (or its compression tail) at its Mamba slot - the one
+    state index ``state_indices_for_request`` gives every state type of a ``HybridLinearKVPool`` - or, with the
+    compression tail, read past the tail rows (a Mamba slot id beyond the request rows: on a GPU an out-of-bounds
+    read)."""
+    case = kwargs["case"]
+    first = message.split("\n", 1)[0]
+    if case.dsa_index_kpool > 1 and _F6_OUT_OF_BOUNDS.match(first):
+        return True
+    m = _F6_MESSAGE.match(first)
+    if m is None:
+        return False
+    slot = case.prefill_mamba_slot if m.group(1) == "prefill" else case.decode_mamba_slot
+    return [int(x) for x in m.group(3).split(",") if x.strip()] == [slot]
+
+
 def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """S16's message when the one digest covers the pages of ``[0, L)`` - the prefix decode held, never sent, too -
     by their physical ids or, on a translated pool, their virtual ones (F2 as well)."""
@@ -1361,6 +1391,18 @@ KNOWN: dict[str, KnownDefect] = {
             "decode rejects byte-exact transfers (or accepts with the real scales unchecked)",
             _f5_shows,
             _f5_explains,
+        ),
+        KnownDefect(
+            "F6",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22", "0.5.23"),
+            "with the KV checksum on, a hybrid linear model with DSA layers (HybridLinearKVPool(use_dsa=True), "
+            "GLM-5.3-Flash) digests every state type at the request's Mamba slot: the DSA index keys (and the "
+            "compression tail) are read at a slot id instead of their KV pages (request row), so decode rejects "
+            "byte-exact transfers, and a slot id past the tail rows reads out of bounds",
+            _f6_shows,
+            _f6_explains,
         ),
     )
 }

@@ -113,11 +113,14 @@ class Replay:
     """``reproduced`` (a release the finding is recorded for) or ``fixed`` (the release that fixed it)."""
     outcome: str
     """``reproduced``, ``passed``, ``explained by <ids>``, ``failed`` (a failure nothing recorded explains),
-    ``outside domain`` or ``error``."""
+    ``outside domain``, ``not in release`` (the example's configuration uses an input feature the release does not
+    have: no server of it runs that configuration, so it is not replayed there) or ``error``."""
     message: str
 
     @property
     def ok(self) -> bool:
+        if self.outcome == "not in release":
+            return True
         if self.expected == "reproduced":
             return self.outcome == "reproduced"
         return self.outcome == "passed" or self.outcome.startswith("explained by")
@@ -187,9 +190,23 @@ def replay_all(target: Any, examples: list[FindingExample], triage: list[dict[st
     out = []
     for example in examples:
         expected = due(example, release, fixed)
-        if expected is not None:
+        if expected is None:
+            continue
+        missing = features_missing(example, release)
+        if missing:
+            out.append(Replay(example, release, expected, "not in release", f"uses {', '.join(missing)}"))
+        else:
             out.append(replay(example, target, expected))
     return out
+
+
+def features_missing(example: FindingExample, release: str | None) -> list[str]:
+    """The input features the example's arguments use (``input_features()``) that ``release`` does not have (every
+    feature where it is None)."""
+    from pdverify.properties.releases import FEATURES
+
+    used = {f for value in example.kwargs().values() for f in getattr(value, "input_features", tuple)()}
+    return sorted(f for f in used if f in FEATURES and FEATURES[f].not_applicable(release) is not None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,16 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from pdverify.model.checksum import KV_CACHE_DTYPES, MXFP8_PAGE_SIZE, ChecksumCase
+from pdverify.model.checksum import (
+    DSA_INDEX_KPOOLS,
+    DSA_INDEX_PAGE,
+    KV_CACHE_DTYPES,
+    KV_POOLS,
+    MAMBA_TRACK_INTERVAL,
+    MAX_MAMBA_SLOT,
+    MXFP8_PAGE_SIZE,
+    ChecksumCase,
+)
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
@@ -27,6 +36,7 @@ def checksum_cases(
     max_chunks: int = 4,
     kv_cache_dtypes: tuple[str, ...] = KV_CACHE_DTYPES,
     hybrid_swa: bool = True,
+    kv_pools: tuple[str, ...] = KV_POOLS,
 ) -> st.SearchStrategy[ChecksumCase]:
     """One request's KV handoff with the checksum on: a KV cache dtype of ``kv_cache_dtypes`` (shrinks to the first;
     ``mxfp8`` where the release registers block scales, always at its page size 128), a page size up to
@@ -37,16 +47,22 @@ def checksum_cases(
     it); prefill's chunk schedule (``1..max_chunks`` chunks); each side's row on its own fragmented distinct pages
     (never page 0). The first choice is a lean (``Choices.lean``): under one the lengths go to page boundaries and
     the rows to fragmented pages. Half the time where ``hybrid_swa``, a hybrid SWA model: a sliding window of
-    ``1..n + page_size`` tokens (half at a page boundary or one off it) and each side's SWA pages."""
+    ``1..n + page_size`` tokens (half at a page boundary or one off it) and each side's SWA pages. The pool is one of
+    ``kv_pools`` (shrinks to the first): an MHA pool as above; a DSA pool (bfloat16, page size 64); a hybrid linear
+    pool (``auto`` or ``fp8_e4m3``, page size 1 or a power of two dividing the Mamba track interval) or a hybrid
+    linear DSA pool (``index_kpool`` 1 at page size 64, or 4 with compression as GLM-5.3-Flash: at page size 256 where
+    the release gives a pooled index whole pages, 64 before), each side's Mamba slot drawn."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
     check_int("max_chunks", max_chunks, minimum=1)
     check_choices("kv_cache_dtypes", kv_cache_dtypes, KV_CACHE_DTYPES)
+    check_choices("kv_pools", kv_pools, KV_POOLS)
     if not isinstance(hybrid_swa, bool):
         raise InvalidArgument(f"hybrid_swa={hybrid_swa!r} must be a bool")
     return _checksum_cases(max_prompt=max_prompt, max_outputs=max_outputs, max_page_size=max_page_size,
-                           max_chunks=max_chunks, kv_cache_dtypes=kv_cache_dtypes, hybrid_swa=hybrid_swa)  # fmt: skip
+                           max_chunks=max_chunks, kv_cache_dtypes=kv_cache_dtypes, hybrid_swa=hybrid_swa,
+                           kv_pools=kv_pools)  # fmt: skip
 
 
 @st.composite
@@ -59,15 +75,25 @@ def _checksum_cases(
     max_chunks: int,
     kv_cache_dtypes: tuple[str, ...],
     hybrid_swa: bool,
+    kv_pools: tuple[str, ...],
 ) -> ChecksumCase:
     c = Choices(draw)
     c.lean()
+    pool = c.pick(kv_pools)
+    kpool = c.pick(DSA_INDEX_KPOOLS) if pool == "mamba_dsa" else 1
     dtypes = [d for d in kv_cache_dtypes if d != "mxfp8" or DOMAIN.has("state:BLOCK_SCALE")] or ["auto"]
+    if pool != "mha":  # the block scales are an MHA pool's; a DSA pool keeps bfloat16 latents
+        dtypes = [d for d in dtypes if d != "mxfp8" and (d == "auto" or pool == "mamba")] or ["auto"]
     dtype = c.pick(dtypes)
-    if dtype == "mxfp8":
+    if pool in ("dsa", "mamba_dsa"):  # a pooled index owns whole pages from 0.5.22; packed into 64 tokens before
+        ps = DSA_INDEX_PAGE * kpool if DOMAIN.has("dsa_kpool_pages") else DSA_INDEX_PAGE
+    elif dtype == "mxfp8":
         ps = MXFP8_PAGE_SIZE
+    elif not DOMAIN.has("paged_transfer"):
+        ps = 1
     else:
-        ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
+        ps = pick_page_size(c, page_size_list(max_page_size, odd=pool == "mha"))
+        ps = ps if pool == "mha" or MAMBA_TRACK_INTERVAL % ps == 0 else 1
     prompt = boundary_length(c, 1, max_prompt, ps)
     rebootstrap = DOMAIN.rebootstrap and c.boolean(lean=True)
     outputs = boundary_length(c, prompt, prompt + max_outputs, ps) - prompt if rebootstrap else 0
@@ -79,7 +105,8 @@ def _checksum_cases(
     chunk_ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     window = 0
     swa: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    if hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
+    slots = tuple(c.integer(1, MAX_MAMBA_SLOT) for _ in "pd") if pool in ("mamba", "mamba_dsa") else (0, 0)
+    if pool == "mha" and hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
         window = boundary_length(c, 1, n + ps, ps)  # within a page, across the prefix, past the whole request
         swa = (tuple(distinct_sample(c, 1, 2 * pages + 4, pages)), tuple(distinct_sample(c, 1, 2 * pages + 4, pages)))
     return ChecksumCase(
@@ -95,4 +122,8 @@ def _checksum_cases(
         sliding_window=window,
         prefill_swa_pages=swa[0],
         decode_swa_pages=swa[1],
+        kv_pool=pool,
+        dsa_index_kpool=kpool,
+        prefill_mamba_slot=slots[0],
+        decode_mamba_slot=slots[1],
     )

@@ -211,6 +211,75 @@ def checksum(**kw: Any) -> ChecksumCase:
             "decode_swa_pages must be distinct SWA page ids >= 1",
         ),
         ({"sliding_window": -1}, "sliding_window"),
+        ({"kv_pool": "mla"}, "kv_pool='mla' must be one of"),
+        (
+            {"kv_pool": "mamba", "sliding_window": 4, "prefill_swa_pages": (1, 2), "decode_swa_pages": (1, 2)},
+            "a sliding window and MXFP8 block scales are an MHA pool's",
+        ),
+        ({"kv_pool": "dsa"}, "kv_pool='dsa' at page_size=4"),
+        (
+            {
+                "kv_pool": "dsa",
+                "page_size": 64,
+                "prefill_pages": (5,),
+                "decode_pages": (7,),
+                "chunk_ends": (6,),
+                "kv_cache_dtype": "fp8_e4m3",
+            },
+            "a DSA pool keeps bfloat16 latents",
+        ),
+        (
+            {
+                "kv_pool": "dsa",
+                "page_size": 256,
+                "prefill_pages": (5,),
+                "decode_pages": (7,),
+                "chunk_ends": (6,),
+                "dsa_index_kpool": 4,
+            },
+            "dsa_index_kpool=4 with kv_pool='dsa'",
+        ),
+        (
+            {
+                "kv_pool": "mamba_dsa",
+                "page_size": 64,
+                "prefill_pages": (5,),
+                "decode_pages": (7,),
+                "chunk_ends": (6,),
+                "dsa_index_kpool": 2,
+                "prefill_mamba_slot": 1,
+                "decode_mamba_slot": 1,
+            },
+            "dsa_index_kpool=2",
+        ),
+        (
+            {
+                "kv_pool": "mamba_dsa",
+                "page_size": 128,
+                "prefill_pages": (5,),
+                "decode_pages": (7,),
+                "chunk_ends": (6,),
+                "dsa_index_kpool": 4,
+                "prefill_mamba_slot": 1,
+                "decode_mamba_slot": 1,
+            },
+            "kv_pool='mamba_dsa' at page_size=128",
+        ),
+        (
+            {
+                "kv_pool": "mamba",
+                "page_size": 3,
+                "prefill_pages": (5, 2),
+                "decode_pages": (7, 3),
+                "prefill_mamba_slot": 1,
+                "decode_mamba_slot": 1,
+            },
+            "divides --mamba-track-interval (256)",
+        ),
+        ({"kv_pool": "mamba", "prefill_mamba_slot": 1}, "decode_mamba_slot=0 with kv_pool='mamba'"),
+        ({"kv_pool": "mamba", "prefill_mamba_slot": 25, "decode_mamba_slot": 1}, "prefill_mamba_slot=25 must be <= 24"),
+        ({"prefill_mamba_slot": 2}, "prefill_mamba_slot=2 with kv_pool='mha'"),
+        ({"kv_pool": "mamba", "prefill_mamba_slot": -1, "decode_mamba_slot": 1}, "prefill_mamba_slot"),
     ],
 )
 def test_checksum_cases_reject_bad_input(kw: dict[str, Any], message: str) -> None:
@@ -224,3 +293,19 @@ def test_a_rebootstrap_computes_prompt_and_kept_outputs() -> None:
     assert checksum(decode_prefix=4).input_features() == ("kv_checksum", "decode_prefixes", "paged_transfer")
     mx = checksum(kv_cache_dtype="mxfp8", page_size=128, prefill_pages=(5,), decode_pages=(7,), chunk_ends=(6,))
     assert mx.block_scales and mx.input_features()[-1] == "state:BLOCK_SCALE" and not checksum().block_scales
+
+
+def test_each_pool_registers_its_state_types() -> None:
+    """A DSA pool its index keys, a hybrid linear pool its Mamba state, a hybrid linear DSA pool both - and, with a
+    compressed indexer, its tail; a pooled indexer on 64 * kpool pages is 0.5.22's, packed into 64 before."""
+    one = {"prefill_pages": (5,), "decode_pages": (7,), "chunk_ends": (6,)}
+    slots = {"prefill_mamba_slot": 3, "decode_mamba_slot": 9}
+    assert checksum(kv_pool="dsa", page_size=64, **one).state_types == ("dsa",)
+    mamba = checksum(kv_pool="mamba", **slots)
+    assert mamba.state_types == ("mamba",) and mamba.mamba and not mamba.dsa
+    flash = checksum(kv_pool="mamba_dsa", page_size=256, dsa_index_kpool=4, **one, **slots)
+    assert flash.state_types == ("mamba", "dsa", "dsa_tail") and flash.mamba and flash.dsa
+    assert flash.input_features()[-1] == "dsa_kpool_pages"
+    packed = checksum(kv_pool="mamba_dsa", page_size=64, dsa_index_kpool=4, **one, **slots)
+    assert packed.input_features()[-1] == "dsa_kpool_packed"
+    assert checksum(kv_pool="mamba_dsa", page_size=64, **one, **slots).state_types == ("mamba", "dsa")

@@ -590,3 +590,35 @@ def test_f4_f5_and_f3_on_swa_are_their_own_failures() -> None:
                                prefill_pages=(5, 2), decode_pages=(3, 6), chunk_ends=(6,), sliding_window=8,
                                prefill_swa_pages=(4, 6), decode_swa_pages=(2, 8))}  # fmt: skip
     assert not f3.shows(still)  # the window [0, 5) and [0, 6) cover the same pages
+
+
+def test_f6_is_a_digest_at_the_mamba_slot() -> None:
+    """F6: a hybrid linear DSA pool digests its index keys (and tail) at the side's Mamba slot, or - the tail past its
+    rows - reads out of bounds; it explains neither a digest at the right pages nor another pool's failure."""
+    f6 = KNOWN["F6"]
+    flash = {"case": _checksum(kv_cache_dtype="auto", page_size=256, prompt=1000, prefill_pages=(6, 2, 9, 4),
+                               decode_pages=(3, 7, 1, 8), chunk_ends=(512, 1000), kv_pool="mamba_dsa",
+                               dsa_index_kpool=4, prefill_mamba_slot=5, decode_mamba_slot=3)}  # fmt: skip
+    assert f6.shows(flash) and not f6.shows({"case": _checksum()})
+    assert f6.explains(flash, "prefill's digest read dsa items [5], expected those its dsa payload carries ...")
+    assert f6.explains(flash, "decode's digest read dsa_tail items [3], expected those its dsa_tail payload ...: []")
+    assert not f6.explains(flash, "decode's digest read dsa items [5], expected ...")  # prefill's slot, not decode's
+    assert not f6.explains(flash, "prefill's digest read dsa items [6, 2, 9, 4], expected ...")
+    oob = ("the handoff raised: decode: the digest read 1024 bytes at address 9400, on no registered buffer's item "
+           "grid (on a GPU: an out-of-bounds device read)")  # fmt: skip
+    assert f6.explains(flash, oob + "\nassert not '...'")
+    plain = {
+        "case": _checksum(
+            kv_cache_dtype="auto",
+            page_size=64,
+            prompt=1,
+            prefill_pages=(1,),
+            decode_pages=(6,),
+            chunk_ends=(1,),
+            kv_pool="mamba_dsa",
+            prefill_mamba_slot=1,
+            decode_mamba_slot=3,
+        )
+    }
+    assert f6.explains(plain, "decode's digest read dsa items [3], expected those its dsa payload carries ...: [6]")
+    assert not f6.explains(plain, oob)  # no compressed tail: nothing of it to read past

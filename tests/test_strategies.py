@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import InvalidArgument, NoSuchExample
 
 from pdverify.model.batch import PrebuiltBatch, validate_batch
 from pdverify.model.layout import PADDING_PAGE, PagedRow
@@ -104,6 +104,8 @@ BAD: list[tuple[str, Any]] = [
     ("max_chunks", lambda: checksum_cases(max_chunks=0)),
     ("kv_cache_dtypes", lambda: checksum_cases(kv_cache_dtypes=())),
     ("kv_cache_dtypes", lambda: checksum_cases(kv_cache_dtypes=("fp16",))),
+    ("kv_pools", lambda: checksum_cases(kv_pools=())),
+    ("kv_pools", lambda: checksum_cases(kv_pools=("mla",))),
 ]
 
 
@@ -140,8 +142,31 @@ def _mxfp8_past_prompt(c: Any) -> bool:
         ("an mxfp8 KV cache (F4's input)", lambda c: c.kv_cache_dtype == "mxfp8"),
         ("an mxfp8 KV cache past a decode prefix", lambda c: c.kv_cache_dtype == "mxfp8" and c.decode_prefix > 0),
         ("an mxfp8 rebootstrap past the prompt's pages", _mxfp8_past_prompt),
+        ("a DSA pool past a decode prefix", lambda c: c.kv_pool == "dsa" and c.decode_prefix > 0),
+        ("a hybrid linear pool at page size 1", lambda c: c.kv_pool == "mamba" and c.page_size == 1),
+        ("a hybrid linear pool on fp8_e4m3", lambda c: c.kv_pool == "mamba" and c.kv_cache_dtype == "fp8_e4m3"),
+        (
+            "a hybrid linear DSA pool, one slot each side (F6's input)",
+            lambda c: c.kv_pool == "mamba_dsa" and c.prefill_mamba_slot != c.decode_mamba_slot,
+        ),
+        (
+            "GLM-5.3-Flash's compressed indexer on 256-token pages",
+            lambda c: c.dsa_index_kpool == 4 and c.page_size == 256 and c.length % 4 > 0,
+        ),
+        ("a Mamba slot past 16 request rows", lambda c: c.mamba and c.decode_mamba_slot > 17),
+        ("a hybrid linear rebootstrap", lambda c: c.mamba and c.rebootstrap and c.outputs > 0),
     ],
 )
 def test_checksum_cases_reach(what: str, reached: Any) -> None:
     """Each input X2's defects live in is drawn (a strategy that never reaches one hides the defect there)."""
     find(checksum_cases(), reached, settings=settings(max_examples=2000, database=None))
+
+
+def test_checksum_cases_keep_to_their_pools() -> None:
+    """``kv_pools`` bounds what is drawn; a hybrid linear pool past 64 keeps a page size dividing the track
+    interval."""
+    find(checksum_cases(kv_pools=("mamba",), max_page_size=512), lambda c: c.page_size == 256,
+         settings=settings(max_examples=2000, database=None))  # fmt: skip
+    with pytest.raises(NoSuchExample):
+        find(checksum_cases(kv_pools=("dsa",)), lambda c: c.kv_pool != "dsa" or c.page_size != 64,
+             settings=settings(max_examples=200, database=None))  # fmt: skip

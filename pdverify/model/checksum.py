@@ -16,14 +16,23 @@ UE8M0 block scales as ``BLOCK_SCALE`` state, one item per KV page, sent with the
 hybrid SWA model (``SWAKVPool``: full-attention and sliding-window layers) also registers its SWA KV as ``SWA``
 state, addressed by SWA pages (each full slot's through ``full_to_swa_index_mapping``) and sent for the window only,
 the pages of ``[max(D, n - window), n)`` (page-aligned down); with ``mxfp8`` each sub-pool's block scales ride as
-their own state (``BLOCK_SCALE`` by full pages, ``BLOCK_SCALE_SWA`` by SWA pages). Each state item is digested as it
-is sent: by the index space and over the range of its own payload.
+their own state (``BLOCK_SCALE`` by full pages, ``BLOCK_SCALE_SWA`` by SWA pages). The model's attention decides the
+pool (``kv_pool``): a DSA model (``DSATokenToKVPool``: MLA latents plus the indexer's keys) registers its index-key
+cache as ``DSA`` state, one item per KV page, sent for the pages past ``D`` (``_dsa_pages_payload``); a hybrid
+linear-attention model (``HybridLinearKVPool``: full-attention layers plus Mamba/GDN layers) registers the Mamba
+state as ``MAMBA``, one slot per request (``req_index_to_mamba_index_mapping``), sent whole; a hybrid linear model
+whose full-attention layers are DSA (GLM-5.3-Flash: KDA linear layers, DSA layers with ``index_kpool`` 4 and
+``index_kpool_compress``) registers both, and with a pooled, compressed indexer (``index_kpool`` > 1) each request's
+compression tail as ``DSA_TAIL`` (``get_compress_tail_buf_infos``: one item per request row), which it sends as a
+descriptor of ring slots within the row (``get_dsa_tail_state_indices``), never as whole items - so no digest can
+cover it item by item, and none may read it (upstream's per-component checksum, #39729, leaves it out). Each state
+item is digested as it is sent: by the index space and over the range of its own payload.
 
-A ``ChecksumCase`` is that request: the KV cache dtype, the page size, the prompt, the prefix, whether it is a
-rebootstrap and how many outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``). A
-``ChecksumTrace`` is what happened: the pages each digest read of the KV buffers and of the state buffers (as they
-are addressed: one item per page), the pages prefill sent (KV and block scales) and decode's destinations, decode's
-verdict, and what raised when a side's scheduler did.
+A ``ChecksumCase`` is that request: the pool, the KV cache dtype, the page size, the prompt, the prefix, whether it
+is a rebootstrap and how many outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``)
+and, for a hybrid linear model, each side's Mamba slot. A ``ChecksumTrace`` is what happened: the pages each digest
+read of the KV buffers and of the state buffers (as they are addressed: one item per page), the pages prefill sent
+(KV and block scales) and decode's destinations, decode's verdict, and what raised when a side's scheduler did.
 """
 
 from __future__ import annotations
@@ -35,6 +44,23 @@ from pdverify.validation import require_int, require_page_size
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "mxfp8")
 """``--kv-cache-dtype`` values drawn: ``auto`` (the model's bfloat16, ``MHATokenToKVPool``), ``fp8_e4m3`` (the same
 pool storing FP8) and ``mxfp8`` (``MHATokenToKVPoolMXFP8``: FP8 K/V plus block scales registered as state)."""
+KV_POOLS = ("mha", "dsa", "mamba", "mamba_dsa")
+"""The pool the model's attention builds (``kv_pool``): ``mha`` (``MHATokenToKVPool``, its MXFP8 form, or for a
+sliding window ``SWAKVPool``), ``dsa`` (``DSATokenToKVPool``, e.g. DeepSeek-V3.2), ``mamba`` (``HybridLinearKVPool``
+over MHA full-attention layers, e.g. Qwen3-Next) and ``mamba_dsa`` (``HybridLinearKVPool(use_dsa=True)``: a hybrid
+linear model whose full-attention layers are DSA)."""
+DSA_INDEX_PAGE = 64
+"""A DSA pool's index page: ``DSATokenToKVPool`` asserts ``page_size // index_kpool == 64``."""
+DSA_INDEX_KPOOLS = (1, 4)
+"""``index_kpool`` values drawn: 1 (DeepSeek-V3.2, GLM-5: page size 64) and 4 with compression (GLM-5.3-Flash: page
+size 256 from 0.5.22, where the server sets ``page_size = 64 * index_kpool``; 64 before, the pooled index packed into
+the page)."""
+MAMBA_TRACK_INTERVAL = 256
+"""``--mamba-track-interval``'s default: a hybrid linear model runs page size 1 (``no_buffer``) or, with the extra
+buffer, a page size dividing it (``validate_mamba_extra_buffer``: ``mamba_track_interval % page_size == 0``)."""
+MAX_MAMBA_SLOT = 24
+"""The largest Mamba slot a case names: more than a small server's request rows (16 in the SGLang driver), as when
+the radix cache holds Mamba states past the running requests."""
 MXFP8_PAGE_SIZE = 128
 """The page size an ``mxfp8`` KV cache is written at: ``MHATokenToKVPoolMXFP8.set_kv_buffer`` asserts the interleaved
 scale layout, which the pool builds only at page size 128 (``mxfp8_sf_interleaved = page_size == 128``)."""
@@ -71,6 +97,17 @@ class ChecksumCase:
     ``full_to_swa_index_mapping`` maps the row's full pages to); distinct, never page 0. Empty without one."""
     decode_swa_pages: tuple[int, ...] = ()
     """Decode's, likewise."""
+    kv_pool: str = "mha"
+    """The pool the model builds, both sides (``KV_POOLS``): ``dsa`` and ``mamba_dsa`` at page size ``DSA_PAGE_SIZE``
+    only, a sliding window with ``mha`` only, ``mxfp8`` with ``mha`` only."""
+    dsa_index_kpool: int = 1
+    """A hybrid linear DSA pool's ``index_kpool`` (``DSA_INDEX_KPOOLS``; 1 for other pools): the page size is ``64 *
+    index_kpool``, and past 1 the indexer compresses (``index_kpool_compress``), registering ``DSA_TAIL``."""
+    prefill_mamba_slot: int = 0
+    """With a hybrid linear model: prefill's Mamba slot for the request (``req_index_to_mamba_index_mapping`` of its
+    row); 0 otherwise."""
+    decode_mamba_slot: int = 0
+    """Decode's, likewise."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -85,6 +122,44 @@ class ChecksumCase:
                 f"the interleaved layout of page size {MXFP8_PAGE_SIZE}"
             )
         require_int("sliding_window", self.sliding_window, minimum=0)
+        if self.kv_pool not in KV_POOLS:
+            raise ValueError(f"kv_pool={self.kv_pool!r} must be one of {KV_POOLS}")
+        if self.kv_pool != "mha" and (self.sliding_window or self.kv_cache_dtype == "mxfp8"):
+            raise ValueError(
+                f"kv_pool={self.kv_pool!r} with sliding_window={self.sliding_window} and "
+                f"kv_cache_dtype={self.kv_cache_dtype!r}: a sliding window and MXFP8 block scales are an MHA pool's"
+            )
+        if self.dsa_index_kpool not in DSA_INDEX_KPOOLS or (self.dsa_index_kpool > 1 and self.kv_pool != "mamba_dsa"):
+            raise ValueError(
+                f"dsa_index_kpool={self.dsa_index_kpool!r} with kv_pool={self.kv_pool!r}: one of "
+                f"{DSA_INDEX_KPOOLS} for a hybrid linear DSA pool (GLM-5.3-Flash), 1 for another (no model pools a "
+                "plain DSA pool's indexer)"
+            )
+        if self.dsa and (
+            self.page_size not in (DSA_INDEX_PAGE, DSA_INDEX_PAGE * self.dsa_index_kpool)
+            or self.kv_cache_dtype != "auto"
+        ):
+            raise ValueError(
+                f"kv_pool={self.kv_pool!r} at page_size={self.page_size}, kv_cache_dtype={self.kv_cache_dtype!r}: a "
+                f"DSA pool keeps bfloat16 latents on pages of {DSA_INDEX_PAGE} * index_kpool "
+                f"({DSA_INDEX_PAGE * self.dsa_index_kpool}) tokens (from 0.5.22; {DSA_INDEX_PAGE}, the pooled index "
+                "packed into it, before)"
+            )
+        if self.mamba and MAMBA_TRACK_INTERVAL % self.page_size:
+            raise ValueError(
+                f"kv_pool={self.kv_pool!r} at page_size={self.page_size}: a hybrid linear model's page size divides "
+                f"--mamba-track-interval ({MAMBA_TRACK_INTERVAL})"
+            )
+        for side in ("prefill_mamba_slot", "decode_mamba_slot"):
+            slot = require_int(side, getattr(self, side), minimum=0)
+            if slot and not self.mamba:
+                raise ValueError(f"{side}={slot} with kv_pool={self.kv_pool!r}: only a hybrid linear pool has slots")
+            if slot > MAX_MAMBA_SLOT:
+                raise ValueError(f"{side}={slot} must be <= {MAX_MAMBA_SLOT} (MAX_MAMBA_SLOT)")
+            if self.mamba and not slot:
+                raise ValueError(
+                    f"{side}=0 with kv_pool={self.kv_pool!r}: Mamba slots are >= 1 (MambaPool's free list)"
+                )
         if not isinstance(self.rebootstrap, bool):
             raise TypeError(f"rebootstrap must be a bool, got {self.rebootstrap!r}")
         if self.decode_prefix > self.prompt or self.decode_prefix % self.page_size:
@@ -125,8 +200,21 @@ class ChecksumCase:
         return self.kv_cache_dtype == "mxfp8"
 
     @property
+    def mamba(self) -> bool:
+        """Whether the pool is a hybrid linear model's (``HybridLinearKVPool``: a Mamba slot per request)."""
+        return self.kv_pool in ("mamba", "mamba_dsa")
+
+    @property
+    def dsa(self) -> bool:
+        """Whether the pool keeps a DSA indexer's keys (``DSATokenToKVPool``, alone or in a hybrid linear pool)."""
+        return self.kv_pool in ("dsa", "mamba_dsa")
+
+    @property
     def state_types(self) -> tuple[str, ...]:
         """The state types the pool registers for the transfer and the digest, in ``setup_state_kv_args``' order."""
+        if self.kv_pool != "mha":
+            kinds = {"dsa": ["dsa"], "mamba": ["mamba"], "mamba_dsa": ["mamba", "dsa"]}[self.kv_pool]
+            return (*kinds, "dsa_tail") if self.dsa_index_kpool > 1 else tuple(kinds)
         kinds = ["swa"] if self.sliding_window else []
         if self.block_scales:
             kinds.append("block_scale")
@@ -154,6 +242,8 @@ class ChecksumCase:
             used.append("swa_paged_pool")
         if self.sliding_window and self.decode_prefix:
             used.append("swa_decode_prefix")
+        if self.dsa_index_kpool > 1:
+            used.append("dsa_kpool_packed" if self.page_size == DSA_INDEX_PAGE else "dsa_kpool_pages")
         return tuple(used)
 
 
@@ -173,7 +263,8 @@ class ChecksumTrace:
     message: str = ""
     """Why decode rejected it (its abort message), when it did."""
     prefill_state_digest: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """Per registered state type (``"swa"``, ``"block_scale"``, ``"block_scale_swa"``, in registration order), the
+    """Per registered state type (``"swa"``, ``"block_scale"``, ``"block_scale_swa"``, ``"dsa"``, ``"mamba"``, in
+    registration order), the
     items of prefill's buffers of that type its digest read, in order (every buffer of a type the same items); empty
     without state."""
     decode_state_digest: tuple[tuple[str, tuple[int, ...]], ...] = ()

@@ -33,8 +33,8 @@ def partial_page_sent(case: ChecksumCase, device: str) -> ChecksumTrace:
 @mutant("XV04", "kv_checksum", "missing case", "state indices for a hybrid SWA pool only (F4: 0.5.21-0.5.23)")
 def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
     fixed = port.state_indices
-    with mock.patch.object(port, "state_indices", lambda c, kv, window: fixed(c, kv, window) if c.sliding_window
-                           else None):  # fmt: skip
+    with mock.patch.object(port, "state_indices", lambda c, kv, window, slot: fixed(c, kv, window, slot)
+                           if c.sliding_window or c.kv_pool != "mha" else None):  # fmt: skip
         return port.kv_checksum(case, device)
 
 
@@ -42,8 +42,10 @@ def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
 def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
     fixed = port.state_indices
 
-    def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor) -> dict[str, torch.Tensor] | None:
-        got = fixed(c, kv, window)
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window, slot)
         return None if got is None else {k: v[:0] if k.startswith("block_scale") else v for k, v in got.items()}
 
     with mock.patch.object(port, "state_indices", indices):
@@ -54,9 +56,53 @@ def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
 def one_state_index_vector(case: ChecksumCase, device: str) -> ChecksumTrace:
     fixed = port.state_indices
 
-    def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor) -> dict[str, torch.Tensor] | None:
-        got = fixed(c, kv, window)
-        return None if got is None or not c.sliding_window else dict.fromkeys(got, window)
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window, slot)
+        return got if got is None or not c.sliding_window else dict.fromkeys(got, window)
+
+    with mock.patch.object(port, "state_indices", indices):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV07", "kv_checksum", "wrong index space", "every state type of a hybrid linear pool at its Mamba slot (F6)")
+def one_mamba_slot_index(case: ChecksumCase, device: str) -> ChecksumTrace:
+    fixed = port.state_indices
+
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window, slot)
+        return None if got is None or not c.mamba else dict.fromkeys(got, slot)
+
+    with mock.patch.object(port, "state_indices", indices):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV08", "kv_checksum", "wrong index space", "the Mamba state digested at the request's first KV page")
+def mamba_state_by_page(case: ChecksumCase, device: str) -> ChecksumTrace:
+    fixed = port.state_indices
+
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window, slot)
+        return None if got is None else {k: kv[:1] if k == "mamba" else v for k, v in got.items()}
+
+    with mock.patch.object(port, "state_indices", indices):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV09", "kv_checksum", "wrong index space", "a compressed indexer's tail digested at the KV pages")
+def dsa_tail_by_pages(case: ChecksumCase, device: str) -> ChecksumTrace:
+    fixed = port.state_indices
+
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
+        got = fixed(c, kv, window, slot)
+        return None if got is None else {k: kv if k == "dsa_tail" else v for k, v in got.items()}
 
     with mock.patch.object(port, "state_indices", indices):
         return port.kv_checksum(case, device)

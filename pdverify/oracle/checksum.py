@@ -4,8 +4,10 @@ Both digests cover what is transferred and nothing else: the logical pages of ``
 first is page ``D // page_size``; the last is the partial page holding token ``n - 1``), on prefill's row what
 prefill sends, on decode's row where it lands - and each registered state item as it is sent: a hybrid SWA pool's
 SWA KV by each side's SWA pages over the window ``[max(D, n - window), n)`` (page-aligned down), block scales
-(``mxfp8``) with the pages they scale (full pages over ``[D, n)``, SWA pages over the window). A page-granular
-transfer copies every byte the two digests read, so decode accepts the request.
+(``mxfp8``) with the pages they scale (full pages over ``[D, n)``, SWA pages over the window), a DSA pool's index
+keys with the KV pages past ``D``, a hybrid linear model's Mamba state by each side's slot; a compressed indexer's
+tail (sent as ring slots within the request's row, not as items) by none. A page-granular transfer (and the slot's
+copy) copies every byte the two digests read, so decode accepts the request.
 """
 
 from __future__ import annotations
@@ -37,9 +39,15 @@ def window_pages(case: ChecksumCase) -> list[int]:
     return list(range(start // case.page_size, (n - 1) // case.page_size + 1))
 
 
-def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...]) -> list[tuple[str, list[int]]]:
+def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...], slot: int) -> list[tuple[str, list[int]]]:
     """Each registered state type with the items a side digests of it: its own payload's index space and range."""
     out: list[tuple[str, list[int]]] = []
+    if case.kv_pool in ("mamba", "mamba_dsa"):
+        out.append(("mamba", [slot]))
+    if case.kv_pool in ("dsa", "mamba_dsa"):
+        out.append(("dsa", [full[i] for i in logical_pages(case)]))
+        if case.dsa_index_kpool > 1:  # sent as ring slots within the row, never as items: not digested
+            out.append(("dsa_tail", []))
     if case.sliding_window:
         out.append(("swa", [swa[i] for i in window_pages(case)]))
     if case.kv_cache_dtype == "mxfp8":
@@ -51,9 +59,9 @@ def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...]) -> l
 
 def prefill_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
     """The state items prefill digests, per registered state type (none when the pool registers no state)."""
-    return _state(case, case.prefill_pages, case.prefill_swa_pages)
+    return _state(case, case.prefill_pages, case.prefill_swa_pages, case.prefill_mamba_slot)
 
 
 def decode_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
     """The state items decode digests, per registered state type, on its own pages."""
-    return _state(case, case.decode_pages, case.decode_swa_pages)
+    return _state(case, case.decode_pages, case.decode_swa_pages, case.decode_mamba_slot)

@@ -7,9 +7,10 @@ row ``prepare_for_prebuilt`` committed: the prompt plus the outputs but the last
 written yet), which for a rebootstrap is the prompt plus the outputs it kept. The buffers are host bytes standing
 for the device KV (a page's bytes: its logical page, repeated; another request's elsewhere), so a digest of the
 wrong pages differs from prefill's. A pool that registers state (an ``mxfp8`` pool's block scales, a hybrid SWA
-pool's SWA KV and its scales) digests each state type by its own payload's index space and range: full pages of
-``[D, n)`` for ``BLOCK_SCALE``, SWA pages of the window for ``SWA`` and ``BLOCK_SCALE_SWA``; ``compute`` refuses to
-digest registered state without indices.
+pool's SWA KV and its scales, a DSA pool's index keys, a hybrid linear model's Mamba state) digests each state type
+by its own payload's index space and range: full pages of ``[D, n)`` for ``BLOCK_SCALE`` and ``DSA``, SWA pages of
+the window for ``SWA`` and ``BLOCK_SCALE_SWA``, the side's slot for ``MAMBA``, none for ``DSA_TAIL`` (sent as ring
+slots within the row, not as items); ``compute`` refuses to digest registered state without indices.
 """
 
 from __future__ import annotations
@@ -36,14 +37,15 @@ OTHER = {"prefill": b"\xa5", "decode": b"\x5a"}
 
 
 def state_indices(
-    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor
+    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor, mamba_slot: torch.Tensor
 ) -> dict[str, torch.Tensor] | None:
     """The state indices a side digests, per registered state type, each by its own payload's index space and range
     (F4's and F5's fix: 0.5.21-0.5.23 give None for the MXFP8 pool and the SWA window's pages to every state type of
     a hybrid SWA pool); None for a pool that registers no state."""
     if not case.state_types:
         return None
-    by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages}
+    by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages,
+               "dsa": kv_pages, "mamba": mamba_slot, "dsa_tail": kv_pages[:0]}  # fmt: skip
     return {kind: by_type[kind] for kind in case.state_types}
 
 
@@ -101,18 +103,25 @@ class _Side:
         self.swa: tuple[int, ...] = getattr(case, f"{name}_swa_pages")
         self.row = _row(self.full, ps, n, device)
         self.swa_row = _row(self.swa, ps, n, device) if case.sliding_window else self.row
+        self.slot = torch.tensor([getattr(case, f"{name}_mamba_slot")], dtype=torch.int64, device=device)
         self.kv: dict[int, bytes] = {}
         self.states: dict[str, dict[int, bytes]] = {kind: {} for kind in case.state_types}
 
     def key(self, kind: str, logical: int) -> int:
         """The item of ``kind`` that holds a logical page: its full page, or its SWA page for SWA-indexed state."""
-        return self.full[logical] if kind in ("kv", "block_scale") else self.swa[logical]
+        return self.full[logical] if kind in ("kv", "block_scale", "dsa") else self.swa[logical]
 
     def hold(self, logical: int) -> None:
         """This side's items of a logical page hold its bytes (as prefill computed them)."""
         self.kv[self.key("kv", logical)] = bytes([logical % 251 + 1]) * PAGE_BYTES
         for j, (kind, buffer) in enumerate(self.states.items()):
-            buffer[self.key(kind, logical)] = bytes([(logical + 60 * (j + 1)) % 251 + 1]) * 2
+            if kind not in ("mamba", "dsa_tail"):  # the request's state, not a page's
+                buffer[self.key(kind, logical)] = bytes([(logical + 60 * (j + 1)) % 251 + 1]) * 2
+
+    def hold_state(self) -> None:
+        """This side's Mamba slot holds the request's state after its last token (as prefill computed it)."""
+        if "mamba" in self.states:
+            self.states["mamba"][int(self.slot[0])] = b"\x77" * 4
 
     def window(self, case: ChecksumCase, seq_len: int, start: int) -> torch.Tensor:
         """The SWA pages of the window ``[max(start, seq_len - window), seq_len)``, page-aligned down."""
@@ -123,10 +132,13 @@ class _Side:
     def payloads(self, case: ChecksumCase) -> dict[str, torch.Tensor | None]:
         """Each state type's items of this side's transfer payload (prefill sends them, decode lands them there):
         ``BLOCK_SCALE`` its full pages of ``[0, n)`` (``_full_kv_pages_payload``), ``SWA`` and ``BLOCK_SCALE_SWA``
-        its SWA pages of the window past ``D`` (``_swa_payload``)."""
+        its SWA pages of the window past ``D`` (``_swa_payload``), ``DSA`` its pages past ``D``
+        (``_dsa_pages_payload``), ``MAMBA`` its slot (``_mamba_payload``)."""
         window = self.window(case, case.length, case.decode_prefix) if case.sliding_window else None
         full = page_indices_for_request(self.row, case.length, case.page_size)
-        return {"swa": window, "block_scale": full, "block_scale_swa": window}
+        suffix = page_indices_for_request(self.row, case.length, case.page_size, start=case.decode_prefix)
+        return {"swa": window, "block_scale": full, "block_scale_swa": window, "dsa": suffix, "mamba": self.slot,
+                "dsa_tail": None}  # fmt: skip
 
     def digest(
         self, case: ChecksumCase, seq_len: int
@@ -135,7 +147,7 @@ class _Side:
         start = digest_start(case.decode_prefix)
         pages = page_indices_for_request(self.row, seq_len, case.page_size, start=start)
         window = self.window(case, seq_len, start) if case.sliding_window else pages[:0]
-        return digest(self.kv, pages, self.states, state_indices(case, pages, window), self.other)
+        return digest(self.kv, pages, self.states, state_indices(case, pages, window, self.slot), self.other)
 
 
 def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
@@ -143,6 +155,7 @@ def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
     pre, dec = _Side(case, "prefill", device), _Side(case, "decode", device)
     for i in range(len(case.prefill_pages)):  # prefill computed every page
         pre.hold(i)
+    pre.hold_state()
     for i in range(d // ps):  # decode's tree holds the prefix: the same bytes, computed there
         dec.hold(i)
 

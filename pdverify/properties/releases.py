@@ -250,6 +250,16 @@ BUDGET_READ_ONCE = Contract(
 """The earlier form of ``FROM_BUDGET_REREAD``'s rule, to 0.5.10.post1: each admission takes its pages' tokens and its
 decode headroom from a budget read at the start of the pass."""
 
+FROM_DSA_KPOOL_PAGES = Contract(
+    "a pooled DSA indexer (index_kpool > 1, GLM-5.3-Flash) on KV pages of 64 * index_kpool tokens, first in sglang "
+    "0.5.22",
+    "0.5.22",
+)
+DSA_KPOOL_PACKED = Contract(
+    "a pooled DSA indexer packed into the DSA models' 64-token pages (before 0.5.22's 64 * index_kpool)", until="0.5.22"
+)
+"""The earlier form of ``FROM_DSA_KPOOL_PAGES``' page size, to 0.5.21: every DSA model runs page size 64."""
+
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -286,6 +296,8 @@ FEATURES: dict[str, Contract] = {
     "attention_cp": FROM_ATTENTION_CP,
     "early_send": FROM_EARLY_SEND,
     "optimistic_prefill": FROM_OPTIMISTIC_PREFILL,
+    "dsa_kpool_pages": FROM_DSA_KPOOL_PAGES,
+    "dsa_kpool_packed": DSA_KPOOL_PACKED,
 }
 """Input feature -> the first release that has it."""
 

@@ -37,7 +37,7 @@ from unittest import mock
 
 import torch
 
-from pdverify.model.checksum import ChecksumCase, ChecksumTrace
+from pdverify.model.checksum import MAX_MAMBA_SLOT, ChecksumCase, ChecksumTrace
 from pdverify.targets.sglang_prefill import _extend_range, on_device
 
 SIGNATURE = 0x5EED
@@ -46,6 +46,10 @@ layout)."""
 ROOM = 4242
 KV_DTYPES = {"auto": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn}
 """The pool's dtype for each ``--kv-cache-dtype`` (``auto``: the model's bfloat16)."""
+
+
+class OutOfBounds(AssertionError):
+    """A digest read an address outside every buffer its engines registered."""
 
 
 class _Buffers:
@@ -60,14 +64,16 @@ class _Buffers:
             self.by_base[int(ptr)] = (int(nbytes), int(item), engine, kind)
 
     def item(self, address: int, length: int) -> tuple[int, int]:
-        """(base, item) that ``address`` names, refusing an address off every buffer's item grid."""
+        """(base, item) that ``address`` names; an address on no buffer's item grid (past a buffer's end, in no
+        buffer or into the next one) is an out-of-bounds read."""
         for base, (nbytes, item, _, _) in self.by_base.items():
-            if base <= address < base + nbytes:
-                offset = address - base
-                assert offset % item == 0 and length == item, f"address {address} is off the item grid of {base}"
-                assert offset + length <= nbytes, f"item at offset {offset} runs past the buffer"
+            offset = address - base
+            if 0 <= offset < nbytes and offset % item == 0 and length == item and offset + length <= nbytes:
                 return base, offset // item
-        raise AssertionError(f"address {address} is in no registered buffer")
+        raise OutOfBounds(
+            f"the digest read {length} bytes at address {address}, on no registered buffer's item grid (on a GPU: "
+            "an out-of-bounds device read)"
+        )
 
 
 def _flat(nested: Any) -> list[int]:
@@ -75,11 +81,11 @@ def _flat(nested: Any) -> list[int]:
 
 
 def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int) -> Any:
-    """One engine as the server builds it for ``--kv-cache-dtype`` and the model: SGLang's own KV pool
-    (``MHATokenToKVPool``, ``MHATokenToKVPoolMXFP8`` with its block scales, or for a hybrid SWA model ``SWAKVPool``
-    over two of them, a full-attention and a sliding-window layer), its allocator (``PagedTokenToKVPoolAllocator``,
-    ``SWATokenToKVPoolAllocator``) and ``ReqToTokenPool`` with the request's row on the side's pages (and its SWA
-    pages in ``full_to_swa_index_mapping``); its PD registration (``get_kv_transfer_buf_infos``,
+    """One engine as the server builds it for ``--kv-cache-dtype`` and the model: SGLang's own KV pool (an MHA
+    model's, ``_mha_pool``; a DSA or hybrid linear model's, ``_state_pool``), its allocator
+    (``PagedTokenToKVPoolAllocator``, ``SWATokenToKVPoolAllocator``) and request-to-token pool with the request's row
+    on the side's pages (and its SWA pages in ``full_to_swa_index_mapping``, its Mamba slot in
+    ``req_index_to_mamba_index_mapping``); its PD registration (``get_kv_transfer_buf_infos``,
     ``setup_state_kv_args``) decides the buffers its checksum computer digests. Every item holds another request's
     bytes (the side's own) until the request's pages are filled."""
     ps, dtype = case.page_size, KV_DTYPES[case.kv_cache_dtype]
@@ -88,29 +94,24 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
     # page ids 1..max; the pool adds the padding page 0. A hybrid SWA pool's SWA part is no larger than its full part
     # (--swa-full-tokens-ratio, 0.8 by default)
     size = max(pages + swa_pages) * ps
-    mxfp8 = case.kv_cache_dtype == "mxfp8"
-    pool_class = sg.memory_pool.MHATokenToKVPoolMXFP8 if mxfp8 else sg.memory_pool.MHATokenToKVPool
-    shape = {"page_size": ps, "dtype": dtype, "head_num": 1, "head_dim": 32 if mxfp8 else 8, "device": "cpu",
-             "enable_memory_saver": False, "enable_alt_stream": False}  # fmt: skip
-    if case.sliding_window:
-        size_swa = max(swa_pages) * ps
-        pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
-                            token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
-        allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
-        for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
-            allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
+    if case.mamba:  # a server's pool holds many more pages than Mamba slots: every slot id names a page too
+        size = max(size, (MAX_MAMBA_SLOT + 1) * ps)
+    if case.kv_pool == "mha":
+        pool, allocator = _mha_pool(sg, case, size, pages, swa_pages)
+        rows = sg.memory_pool.ReqToTokenPool(size=row + 1, max_context_len=len(pages) * ps, device="cpu",
+                                             enable_memory_saver=False)  # fmt: skip
     else:
-        pool = pool_class(size=size, layer_num=2, **shape)
+        pool, rows = _state_pool(sg, case, size, row, getattr(case, f"{side}_mamba_slot"))
         allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
                                                    need_sort=False)  # fmt: skip
-    rows = sg.memory_pool.ReqToTokenPool(size=row + 1, max_context_len=len(pages) * ps, device="cpu",
-                                         enable_memory_saver=False)  # fmt: skip
-    rows.req_to_token[row] = torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int32)
+    rows.req_to_token[row, : len(pages) * ps] = torch.tensor([p * ps + o for p in pages for o in range(ps)],
+                                                             dtype=torch.int32)  # fmt: skip
     kv_args = SimpleNamespace()
     kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = sg.utils.get_kv_transfer_buf_infos(pool)
     sg.utils.setup_state_kv_args(kv_args, pool, None, req_to_token_pool=rows)
     engine = SimpleNamespace(pool=pool, allocator=allocator, req_to_token_pool=rows, kv_args=kv_args, row=row,
                              reads=[], pages=pages, swa_pages=swa_pages, sliding_window=case.sliding_window or None,
+                             slot=getattr(case, f"{side}_mamba_slot"),
                              types=[getattr(t, "value", t) for t in kv_args.state_types])  # fmt: skip
     buffers.register(engine, "kv", kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens)
     for kind, ptrs, lens, items in zip(engine.types, kv_args.state_data_ptrs, kv_args.state_data_lens,
@@ -127,8 +128,66 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
     return engine
 
 
+def _mha_pool(sg: Any, case: ChecksumCase, size: int, pages: tuple[int, ...], swa_pages: tuple[int, ...]) -> Any:
+    """An MHA model's pool and allocator: ``MHATokenToKVPool`` (``MHATokenToKVPoolMXFP8`` for ``mxfp8``), or for a
+    sliding window ``SWAKVPool`` over two of them with the row's SWA slots in ``full_to_swa_index_mapping``."""
+    ps, dtype = case.page_size, KV_DTYPES[case.kv_cache_dtype]
+    mxfp8 = case.kv_cache_dtype == "mxfp8"
+    pool_class = sg.memory_pool.MHATokenToKVPoolMXFP8 if mxfp8 else sg.memory_pool.MHATokenToKVPool
+    shape = {"page_size": ps, "dtype": dtype, "head_num": 1, "head_dim": 32 if mxfp8 else 8, "device": "cpu",
+             "enable_memory_saver": False, "enable_alt_stream": False}  # fmt: skip
+    if case.sliding_window:
+        size_swa = max(swa_pages) * ps
+        pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                            token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
+        allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
+        for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
+            allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
+        return pool, allocator
+    pool = pool_class(size=size, layer_num=2, **shape)
+    return pool, sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
+                                                need_sort=False)  # fmt: skip
+
+
+def _state_pool(sg: Any, case: ChecksumCase, size: int, row: int, slot: int) -> tuple[Any, Any]:
+    """A DSA or hybrid linear model's pool and its request-to-token pool, as the KV cache configurator builds them:
+    ``DSATokenToKVPool`` (MLA latents and the indexer's keys; with ``index_kpool`` > 1 compressed, with per-request
+    tails) and ``ReqToTokenPool``; or ``HybridLinearKVPool`` (an MHA or, ``use_dsa``, a DSA full-attention layer and
+    a Mamba2 layer - GLM-5.3-Flash's KDA state differs in shape only) over ``HybridReqToTokenPool`` with the row's
+    Mamba slot in ``req_index_to_mamba_index_mapping`` (the extra buffer past page size 1)."""
+    ps, kpool = case.page_size, case.dsa_index_kpool
+    rows_size, context = REQUEST_ROWS if case.mamba else row + 1, -(-case.length // ps) * ps
+    dsa = {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "index_head_dim": 128, "kv_cache_dim": 80,
+           "index_kpool": kpool, "index_kpool_compress": kpool > 1}  # fmt: skip
+    if case.kv_pool == "dsa":
+        rows = sg.memory_pool.ReqToTokenPool(size=rows_size, max_context_len=context, device="cpu",
+                                             enable_memory_saver=False)  # fmt: skip
+        pool = sg.memory_pool.DSATokenToKVPool(size=size, page_size=ps, dtype=torch.bfloat16, layer_num=2,
+                                               device="cpu", enable_memory_saver=False, **dsa)  # fmt: skip
+        return pool, rows
+    shape = sg.Mamba2StateShape.create(tp_world_size=1, intermediate_size=32, n_groups=1, num_heads=2, head_dim=16,
+                                       state_size=8, conv_kernel=4)  # fmt: skip
+    rows = sg.memory_pool.HybridReqToTokenPool(
+        size=rows_size, mamba_size=slot, mamba_spec_state_size=slot, max_context_len=context, device="cpu",
+        enable_memory_saver=False, cache_params=sg.Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
+        enable_mamba_extra_buffer=ps > 1,
+    )  # fmt: skip
+    rows.req_index_to_mamba_index_mapping[row] = slot
+    # the tails: one row per request row (_build_hybrid_linear_kv_pool: max_running_requests=req_to_token.shape[0])
+    tails = {"tail_extra_slots": 0, "max_running_requests": rows.req_to_token.shape[0]} if kpool > 1 else {}
+    extra = {"use_mla": True, "use_dsa": True, **dsa, **tails} if case.kv_pool == "mamba_dsa" else {}
+    pool = sg.memory_pool.HybridLinearKVPool(size=size, dtype=KV_DTYPES[case.kv_cache_dtype], page_size=ps,
+                                             head_num=1, head_dim=8, full_attention_layer_ids=[1], device="cpu",
+                                             mamba_pool=rows.mamba_pool, **extra)  # fmt: skip
+    return pool, rows
+
+
+REQUEST_ROWS = 16
+"""A hybrid linear engine's request rows (``--max-running-requests``): its compression tail has one more."""
 SWA_INDEXED = ("swa", "block_scale_swa")
-"""The state types addressed by SWA pages (the others by full pages)."""
+"""The state types addressed by SWA pages (``REQUEST_SCOPED`` by the request, the others by full pages)."""
+REQUEST_SCOPED = ("mamba", "dsa_tail")
+"""The state types held per request, not per page: the Mamba slot, the DSA compression tail's row."""
 
 
 def _buffers_of(engine: Any, kind: str) -> list[tuple[int, int]]:
@@ -144,10 +203,19 @@ def _fill(engine: Any, logical: range) -> None:
     """Each buffer's item for logical page ``i`` (its full page, or its SWA page for SWA-indexed state) holds that
     page's bytes (the same on both sides)."""
     for k, kind in enumerate(["kv", *engine.types]):
+        if kind in REQUEST_SCOPED:
+            continue
         ids = engine.swa_pages if kind in SWA_INDEXED else engine.pages
         for b, (base, item) in enumerate(_buffers_of(engine, kind)):
             for i in logical:
                 ctypes.memset(int(base) + ids[i] * int(item), (7 * i + 3 * b + 50 * k) % 251 + 1, int(item))
+
+
+def _fill_state(engine: Any) -> None:
+    """The request's Mamba state in the engine's slot (as prefill computed it after the request's last token)."""
+    if "mamba" in engine.types:
+        for b, (base, item) in enumerate(_buffers_of(engine, "mamba")):
+            ctypes.memset(int(base) + engine.slot * int(item), 200 + b, int(item))
 
 
 def _copy(src: Any, dst: Any, kind: str, src_items: list[int], dst_items: list[int]) -> None:
@@ -196,6 +264,7 @@ def _cpu_kernel(adler32: Any, buffers: _Buffers, engines: list[Any]) -> Iterator
 def _modules() -> Any:  # pragma: no cover - conformance venv
     """The SGLang modules and classes the driver calls (imported at the first call: nothing of SGLang at import)."""
     from sglang.kernels.ops.memory import adler32
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
     from sglang.srt.disaggregation import decode, prefill, utils
     from sglang.srt.disaggregation.checksum import KvChecksumComputer
     from sglang.srt.disaggregation.decode import (
@@ -229,6 +298,8 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         SWATokenToKVPoolAllocator=SWATokenToKVPoolAllocator,
         SWAKVPool=SWAKVPool,
         SamplingParams=SamplingParams,
+        Mamba2CacheParams=Mamba2CacheParams,
+        Mamba2StateShape=Mamba2StateShape,
     )
 
 
@@ -251,9 +322,11 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     sg = _modules()
     ps, d = case.page_size, case.decode_prefix
     buffers = _Buffers()
-    pre = _engine(sg, case, buffers, "prefill", row=2)
-    dec = _engine(sg, case, buffers, "decode", row=1)
+    with _single_rank():  # a DSA pool sizes its index buffer by the decode-context-parallel width
+        pre = _engine(sg, case, buffers, "prefill", row=2)
+        dec = _engine(sg, case, buffers, "decode", row=1)
     _fill(pre, range(len(case.prefill_pages)))  # each page holds its logical page's bytes
+    _fill_state(pre)
     _fill(dec, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
 
     # decode: the request, and a retraction after its outputs (Scheduler.pause_generation, mode="retract")
@@ -279,8 +352,12 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
 
     destinations = tuple(pages_of(decode_row[d:fill]))
     # decode's state destinations, as pop_preallocated's payloads name them: BLOCK_SCALE its pages of [0, fill)
-    # (_full_kv_pages_payload), SWA and BLOCK_SCALE_SWA its SWA pages of the window (_swa_payload)
-    landing: dict[str, list[int]] = {"block_scale": pages_of(decode_row[:fill])}
+    # (_full_kv_pages_payload), SWA and BLOCK_SCALE_SWA its SWA pages of the window (_swa_payload), DSA its pages
+    # past the prefix (_dsa_pages_payload; from 0 before 0.5.23), MAMBA its slot (_mamba_payload); DSA_TAIL's ring
+    # slots are not copied (a descriptor, not items: the digest must not read them)
+    dsa_from = d if hasattr(sg.decode, "suffix_page_indices") else 0  # 0.5.21-0.5.22: _full_kv_pages_payload
+    landing: dict[str, list[int]] = {"block_scale": pages_of(decode_row[:fill]),
+                                     "dsa": pages_of(decode_row[dsa_from:fill]), "mamba": [dec.slot]}  # fmt: skip
     if case.sliding_window:
         start = max(d, fill - case.sliding_window) // ps * ps
         window = dec.allocator.translate_swa_indices_for_transfer(decode_row[start:fill])
@@ -324,6 +401,8 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             raise AssertionError(f"prefill sent {len(sent)} pages for {len(destinations)} destinations")
         _copy(pre, dec, "kv", list(sent), list(destinations))  # the transfer: whole pages
         for kind, items in sent_state:  # each state payload onto decode's destinations for it
+            if kind == "dsa_tail":
+                continue
             if len(items) != len(landing[kind]):
                 raise AssertionError(f"prefill sent {len(items)} {kind} items for {len(landing[kind])} destinations")
             _copy(pre, dec, kind, list(items), landing[kind])
@@ -365,8 +444,15 @@ def _state_payloads(engine: Any, sends: list[tuple[list[int], Any]]) -> tuple[tu
     for _, state in sends:
         for kind, items in zip(engine.types, state or [None] * len(engine.types), strict=True):
             if items is not None:
-                carried[kind] += [int(p) for p in torch.as_tensor(items).reshape(-1).tolist()]
+                carried[kind] += _ints(items)
     return tuple((kind, tuple(items)) for kind, items in carried.items())
+
+
+def _ints(items: Any) -> list[int]:
+    """A payload's indices as ints: a tensor, an array, or a list of them (``_mamba_payload``: one 0-d array)."""
+    if isinstance(items, (list, tuple)):
+        return [i for part in items for i in _ints(part)]
+    return [int(p) for p in torch.as_tensor(items).reshape(-1).tolist()]
 
 
 def _state_read(buffers: _Buffers, engine: Any, read: tuple[tuple[int, int], ...]) -> tuple[Any, ...]:
@@ -376,6 +462,8 @@ def _state_read(buffers: _Buffers, engine: Any, read: tuple[tuple[int, int], ...
 
 def _where(exc: BaseException) -> str:
     """``AssertionError at checksum.py:120 `assert state_indices_gpu is not None```: where SGLang raised."""
+    if isinstance(exc, OutOfBounds):
+        return str(exc)
     frame = traceback.extract_tb(exc.__traceback__)[-1]
     return f"{type(exc).__name__} at {os.path.basename(frame.filename)}:{frame.lineno} `{frame.line}`"
 
