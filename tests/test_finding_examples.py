@@ -19,6 +19,7 @@ from pdverify.replay import (
     TRIAGE_FILE,
     FindingExample,
     due,
+    features_missing,
     fixed_release,
     fixed_releases,
     load_examples,
@@ -95,6 +96,19 @@ def test_only_the_examples_a_release_concerns_are_replayed() -> None:
     assert [r.example.finding for r in replay_all(f2_as_released, [f2, t6], TRIAGE)] == ["F2", "T6"]
     with pytest.raises(ValueError, match="not a release"):
         replay_all(load_target("pdverify"), [f2], TRIAGE)
+
+
+def test_an_example_a_release_does_not_run_is_not_in_release_there() -> None:
+    """GLM-5.3-Flash's page size is the server's choice: 256 from 0.5.22, 64 before - each production example runs
+    only on the releases that build its configuration, and every example runs on one of its finding's releases."""
+    flash = [e for e in EXAMPLES if e.finding == "F6" and e.shape == "production"]
+    assert [features_missing(e, "0.5.23") for e in flash] == [[], ["dsa_kpool_packed"]]
+    assert [features_missing(e, "0.5.21") for e in flash] == [["dsa_kpool_pages"], []]
+    skipped = [r for r in replay_all(f2_as_released, flash, TRIAGE) if r.outcome == "not in release"]
+    assert len(skipped) == 1 and skipped[0].ok and skipped[0].message == "uses dsa_kpool_packed"
+    for example in EXAMPLES:
+        releases = KNOWN[example.finding].releases_for(example.property)
+        assert any(not features_missing(example, r) for r in releases), f"{example} runs on none of {releases}"
 
 
 def test_bad_records_are_refused_naming_the_entry(tmp_path: Path) -> None:
