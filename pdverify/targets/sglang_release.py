@@ -154,10 +154,14 @@ KV_CHECKSUM_FROM = "0.5.21"
 ``kv_checksum`` unit (X2): before it there is no such code. The driver meets 0.5.21's chunk end
 (``extend_range.end``), 0.5.21-0.5.22's two-argument ``set_kv_checksum`` and decode's ``all_reduce_flags`` where the
 release has it."""
+_NO_TRANSPORT = "KV transport (its disaggregation/conn.py KVSender and KVReceiver are placeholders that move nothing)"
 ABSENT_BEFORE: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(TRANSPORT_UNITS, (KV_TRANSPORT_FROM, _NO_TRANSPORT)),
     "kv_checksum": (KV_CHECKSUM_FROM, "PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
 }
-"""Units whose code a release before the given one does not have at all (not a form without a driver)."""
+"""Units whose code a release before the given one does not have at all (not a form without a driver): the first
+release with it and what it is (``"sglang <release> has no <what>: it came in <first>"``). The transport units
+(``TRANSPORT_UNITS``) have none before the first KV transport, Mooncake's."""
 EARLIER_FORM: dict[str, str] = {}
 """Why a unit has no driver before its driver's first release: the form the release's code has there (none left:
 every unit is driven on every release that has it)."""
@@ -289,12 +293,6 @@ def sglang_release_target() -> Target:
         else:
             drivers = load()
         for unit, driver in zip(units, drivers, strict=True):
-            if unit in TRANSPORT_UNITS and version < Version(KV_TRANSPORT_FROM):
-                sources.append(
-                    (unit, f"sglang {release} has no KV transport (its disaggregation/conn.py KVSender and KVReceiver "
-                     f"are placeholders that move nothing; Mooncake's came in {KV_TRANSPORT_FROM})")
-                )  # fmt: skip
-                continue
             if unit in ABSENT_BEFORE and version < Version(ABSENT_BEFORE[unit][0]):
                 first, what = ABSENT_BEFORE[unit]
                 sources.append((unit, f"sglang {release} has no {what}: it came in {first}"))
