@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BAD = ("failed", "error", "timeout", "flaky", "no examples")
+BAD = ("failed", "error", "timeout", "flaky", "no examples", "vacuous")
 
 
 def _reproduced(report: dict[str, Any], finding: str) -> tuple[int, int, list[str]]:

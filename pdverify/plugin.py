@@ -22,7 +22,7 @@ from pdverify.local_constants import pin_local_constants
 from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, clause_statuses, reset_examples
 from pdverify.properties.releases import bind_release
 from pdverify.targets import Target, TargetError, load_target
-from pdverify.targets.calls import close_recording, open_recording
+from pdverify.targets.calls import close_recording, open_recording, undriven_units
 
 NOT_APPLICABLE = "not applicable"
 
@@ -194,6 +194,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     finally:
         from pdverify.cli.export import counterexample_literals
 
+        item.user_properties.append(("pdverify_undriven", undriven_units()))
         item.user_properties.append(("pdverify_calls", close_recording()))
 
         item.user_properties.append(

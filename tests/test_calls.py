@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pdverify.cli import exitcodes
-from pdverify.targets.calls import close_recording, open_recording, recording
+from pdverify.targets.calls import close_recording, open_recording, recording, undriven_units
 from tests.stand_in import run_check_on_stand_in
 
 RELEASE = """
@@ -138,3 +138,36 @@ def test_the_report_names_per_property_the_release_functions_called(tmp_path: Pa
     common = "sglang.srt.mem_cache.common"
     assert got["P1"]["calls"] == [f"{common}:_stride", f"{common}:kv_to_page_indices"]
     assert got["P5"]["calls"] == []
+
+
+def test_a_named_unit_that_enters_no_release_function_is_undriven(release: object) -> None:
+    """A unit is driven when any of its calls entered the package: once is enough, a stand-in never does."""
+    driven = recording(release.entry, "fakerel", "driven")  # type: ignore[attr-defined]
+    stand_in = recording(lambda n: sum(i * i for i in range(n)), "fakerel", "stand_in")
+    sometimes = recording(lambda n: release.entry(n) if n else 0, "fakerel", "sometimes")  # type: ignore[attr-defined]
+    unnamed = recording(lambda: 0, "fakerel")
+    open_recording()
+    assert driven(2) == stand_in(2) == 1 and sometimes(0) == unnamed() == 0
+    assert undriven_units() == ["sometimes", "stand_in"]
+    sometimes(2)
+    assert undriven_units() == ["stand_in"]
+    close_recording()
+    assert undriven_units() == []  # closed: nothing recorded
+
+
+STAND_IN_ONLY_TARGET = """
+from pdverify.production import page_index as pages
+from pdverify.targets import load_target
+from pdverify.targets.calls import recording
+target = load_target("pdverify").derive(
+    "stand-in", kv_to_page_indices=recording(pages.kv_to_page_indices, "sglang", "kv_to_page_indices")
+)
+"""
+
+
+def test_a_property_whose_unit_drove_no_release_code_is_vacuous(tmp_path: Path) -> None:
+    proc, report = run_check_on_stand_in(tmp_path, STAND_IN_SGLANG, STAND_IN_ONLY_TARGET, "-k", "p1_")
+    assert proc.returncode == exitcodes.FAILED, proc.stdout + proc.stderr
+    (p1,) = json.loads(report.read_text())["properties"]
+    assert p1["status"] == "vacuous" and p1["calls"] == [], p1
+    assert p1["message"].startswith("unit(s) kv_to_page_indices entered no function of the release under test")

@@ -120,6 +120,13 @@ class Collector:
         elif report.when == "call" and res.status == "passed" and res.examples == 0 and props.get("pdverify_property"):
             res.status = "no examples"
             res.message = "no example executed: every generated input was filtered or the run stopped at once"
+        undriven = list(props.get("pdverify_undriven") or ())
+        if report.when == "call" and undriven and res.status in ("passed", "known defect"):
+            res.status = "vacuous"
+            res.message = (
+                f"unit(s) {', '.join(undriven)} entered no function of the release under test in {res.examples} "
+                "examples: the verdict says nothing about the release's code (a stand-in answered for it)"
+            )
 
     def interrupted(self, signal_name: str) -> None:
         """Mark what an interrupt left unfinished: a property that started but did not complete is

@@ -30,6 +30,7 @@ STATUS_STYLE = {
     "timeout": "bold red",
     "flaky": "bold magenta",
     "no examples": "bold red",
+    "vacuous": "bold red",
     "not applicable": "dim",
     "skipped": "yellow",
     "skipped (CUDA OOM)": "yellow",

@@ -347,7 +347,7 @@ def sglang_release_target() -> Target:
     drive(sender_units, dict.fromkeys(sender_units, SENDER_UNITS_DRIVER_FROM), sender_drivers)
     layout = "sglang-0.5.23" if version >= Version("0.5.22") else "sglang-any"
     # every unit notes the SGLang functions its calls enter (the run report's ``calls`` per property)
-    units = {unit: recording(fn, "sglang") for unit, fn in units.items()}
+    units = {unit: recording(fn, "sglang", unit) for unit, fn in units.items()}
     return Target(
         name="sglang",
         description=f"the installed sglang {release}",
