@@ -1,6 +1,7 @@
 """Hypothesis settings profiles: ``dev`` (fast, default on a desk), ``ci`` (derandomized, more examples,
-loaded when ``CI`` is set), ``thorough`` (nightly and GPU runners) and ``mutate`` (a quick, derandomized run
-per mutant). Select with ``--hypothesis-profile NAME`` or ``pdverify check --profile NAME``."""
+loaded when ``CI`` is set), ``thorough`` (nightly and GPU runners), ``mutate`` (a quick, derandomized run
+per mutant), ``generation`` (generated examples only, unshrunk: examples-to-failure) and ``shrink`` (generated
+examples only, shrunk: a finding's smallest generated input). Select with ``--hypothesis-profile NAME`` or ``pdverify check --profile NAME``."""
 
 from __future__ import annotations
 
@@ -65,6 +66,16 @@ PROFILES: dict[str, dict[str, Any]] = {
         # shrinking: the first failing example is what is measured); seeded per run by the caller
         "max_examples": 200,
         "phases": [Phase.generate],
+        "report_multiple_bugs": False,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+    },
+    "shrink": {
+        # recording a finding's shrunk example: generated examples only (no explicit example, no database replay),
+        # the first failure shrunk to the smallest input that still fails the same way; seeded per run
+        "max_examples": 200,
+        "phases": [Phase.generate, Phase.shrink],
         "report_multiple_bugs": False,
         "deadline": None,
         "database": None,
