@@ -207,6 +207,19 @@ def test_every_profile_loads(tmp_path: Path, profile: str) -> None:
     assert json.loads(report.read_text())["profile"] == profile
 
 
+def test_the_shrink_profile_records_the_smallest_generated_input(tmp_path: Path) -> None:
+    """``shrink``: generated examples only (the explicit ones skipped), the first failure shrunk - here XV07's
+    digest at the Mamba slot, shrunk to one token on one page."""
+    report = tmp_path / "r.json"
+    argv = ["check", "--target", "mutant:XV07", "--device", "cpu", "--profile", "shrink", "--seed", "1", "-k", "x2",
+            "--report", str(report)]  # fmt: skip
+    assert main(argv) == exitcodes.FAILED
+    (x2,) = json.loads(report.read_text())["properties"]
+    text = x2["counterexample"]
+    assert "explicit" not in text and "prompt=1," in text and "kv_pool='mamba_dsa'" in text, text
+    assert "'s digest read dsa items [" in x2["message"], x2["message"]
+
+
 def test_unreproducible_failure_is_flaky_never_passed(tmp_path: Path) -> None:
     code, report = check(tmp_path, "--target", "tests.user_targets:flaky", "-k", "p6_")
     assert code == exitcodes.FAILED
