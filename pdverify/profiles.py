@@ -1,7 +1,8 @@
-"""Hypothesis settings profiles: ``dev`` (fast, default on a desk), ``ci`` (derandomized, more examples,
-loaded when ``CI`` is set), ``thorough`` (nightly and GPU runners), ``mutate`` (a quick, derandomized run
-per mutant), ``generation`` (generated examples only, unshrunk: examples-to-failure) and ``shrink`` (generated
-examples only, shrunk: a finding's smallest generated input). Select with ``--hypothesis-profile NAME`` or ``pdverify check --profile NAME``."""
+"""Hypothesis settings profiles: ``dev`` (fast, default on a desk), ``ci`` (derandomized, more examples, loaded when
+``CI`` is set), ``thorough`` (nightly and GPU runners), ``mutate`` (a quick, derandomized run per mutant),
+``generation`` (generated examples only, unshrunk: examples-to-failure) and ``shrink`` (generated examples only,
+shrunk: a finding's smallest generated input). Select with ``--hypothesis-profile NAME`` or ``pdverify check
+--profile NAME``."""
 
 from __future__ import annotations
 
