@@ -508,13 +508,15 @@ def _f5_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _f6_shows(kwargs: Mapping[str, Any]) -> bool:
-    """A hybrid linear pool with DSA full-attention layers (``HybridLinearKVPool(use_dsa=True)``, GLM-5.3-Flash):
-    the Mamba state by slot, the index keys by page (and a compressed indexer's tail by request row)."""
+    """A hybrid linear pool with state besides the Mamba slot: DSA full-attention layers
+    (``HybridLinearKVPool(use_dsa=True)``, GLM-5.3-Flash: the index keys by page, a compressed indexer's tail by
+    request row) or a compressed QSA indexer (``QSATokenToKVPool``, Qwen4-Exp: the pending ring by request row, the
+    compressed keys by page)."""
     case = kwargs.get("case")
-    return isinstance(case, ChecksumCase) and case.kv_pool == "mamba_dsa"
+    return isinstance(case, ChecksumCase) and case.kv_pool in ("mamba_dsa", "mamba_qsa")
 
 
-_F6_MESSAGE = re.compile(r"(prefill|decode)'s digest read (dsa|dsa_tail) items \[([^\]]*)\]")
+_F6_MESSAGE = re.compile(r"(prefill|decode)'s digest read (dsa|dsa_tail|qsa_pending|qsa_compressed) items \[([^\]]*)\]")
 _F6_OUT_OF_BOUNDS = re.compile(
     r"the handoff raised: (prefill|decode): the digest read \d+ bytes at address \d+, on no registered buffer's "
     r"item grid"
@@ -522,13 +524,15 @@ _F6_OUT_OF_BOUNDS = re.compile(
 
 
 def _f6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
-    """X2's message when a side digested its DSA index keys (or its compression tail) at its Mamba slot - the one
-    state index ``state_indices_for_request`` gives every state type of a ``HybridLinearKVPool`` - or, with the
-    compression tail, read past the tail rows (a Mamba slot id beyond the request rows: on a GPU an out-of-bounds
-    read)."""
+    """X2's message when a side digested its DSA index keys (or its compression tail) or its QSA indexer's ring or
+    compressed keys at its Mamba slot - the one
+    state index ``state_indices_for_request`` gives every state type of a ``HybridLinearKVPool`` - or, with state of
+    one item per request row (the compression tail, the pending ring), read past those rows (a Mamba slot id beyond
+    the request rows: on a GPU an out-of-bounds read)."""
     case = kwargs["case"]
     first = message.split("\n", 1)[0]
-    if case.dsa_index_kpool > 1 and _F6_OUT_OF_BOUNDS.match(first):
+    rows_read = case.dsa_index_kpool > 1 or case.kv_pool == "mamba_qsa"  # state with one item per request row
+    if rows_read and _F6_OUT_OF_BOUNDS.match(first):
         return True
     m = _F6_MESSAGE.match(first)
     if m is None:
@@ -1397,10 +1401,11 @@ KNOWN: dict[str, KnownDefect] = {
             "X2",
             "sglang",
             ("0.5.21", "0.5.22", "0.5.23"),
-            "with the KV checksum on, a hybrid linear model with DSA layers (HybridLinearKVPool(use_dsa=True), "
-            "GLM-5.3-Flash) digests every state type at the request's Mamba slot: the DSA index keys (and the "
-            "compression tail) are read at a slot id instead of their KV pages (request row), so decode rejects "
-            "byte-exact transfers, and a slot id past the tail rows reads out of bounds",
+            "with the KV checksum on, a hybrid linear pool with state besides the Mamba slot (DSA layers: "
+            "HybridLinearKVPool(use_dsa=True), GLM-5.3-Flash; a compressed QSA indexer: QSATokenToKVPool, Qwen4-Exp) "
+            "digests every state type at the request's Mamba slot: the DSA index keys and QSA compressed keys are "
+            "read at a slot id instead of their KV pages, the DSA tail and the QSA pending ring instead of the "
+            "request row, so decode rejects byte-exact transfers, and a slot id past the tail rows reads out of bounds",
             _f6_shows,
             _f6_explains,
         ),

@@ -61,6 +61,10 @@ def test_a_side_without_state_indices_is_reported() -> None:
             {"kv_pool": "mamba_dsa", "page_size": 256, "dsa_index_kpool": 4, "prompt": 600},
             {"mamba": (4,), "dsa": (5, 2, 7), "dsa_tail": ()},
         ),
+        (
+            {"kv_pool": "mamba_qsa", "page_size": 64, "prompt": 150, "decode_prefix": 64, "prefill_row": 9},
+            {"mamba": (4,), "qsa_pending": (9,), "qsa_compressed": (2, 7)},
+        ),
     ],
 )
 def test_a_dsa_or_hybrid_linear_pool_digests_each_state_by_its_payload(kw: dict[str, Any], state: Any) -> None:
@@ -78,3 +82,6 @@ def test_a_dsa_or_hybrid_linear_pool_digests_each_state_by_its_payload(kw: dict[
     assert [(k, list(v)) for k, v in trace.decode_state_digest] == oracle.decode_state_digest(case)
     if case.mamba:
         assert dict(trace.decode_state_digest)["mamba"] == (11,) and dict(trace.sent_state)["mamba"] == (4,)
+    if case.kv_pool == "mamba_qsa":  # the ring by each side's row; the compressed keys sent for [0, n)
+        assert dict(trace.decode_state_digest)["qsa_pending"] == (1,) and dict(trace.sent_state)["qsa_pending"] == (9,)
+        assert dict(trace.sent_state)["qsa_compressed"] == (5, 2, 7)

@@ -280,6 +280,19 @@ def checksum(**kw: Any) -> ChecksumCase:
         ({"kv_pool": "mamba", "prefill_mamba_slot": 25, "decode_mamba_slot": 1}, "prefill_mamba_slot=25 must be <= 24"),
         ({"prefill_mamba_slot": 2}, "prefill_mamba_slot=2 with kv_pool='mha'"),
         ({"kv_pool": "mamba", "prefill_mamba_slot": -1, "decode_mamba_slot": 1}, "prefill_mamba_slot"),
+        (
+            {
+                "kv_pool": "mamba_qsa",
+                "page_size": 2,
+                "prefill_pages": (5, 2, 9),
+                "decode_pages": (7, 3, 1),
+                "prefill_mamba_slot": 1,
+                "decode_mamba_slot": 1,
+            },
+            "kv_pool='mamba_qsa' at page_size=2",
+        ),
+        ({"decode_row": 0}, "decode_row must be >= 1"),
+        ({"prefill_row": 16}, "prefill_row=16 must be <= 15"),
     ],
 )
 def test_checksum_cases_reject_bad_input(kw: dict[str, Any], message: str) -> None:
@@ -309,3 +322,6 @@ def test_each_pool_registers_its_state_types() -> None:
     packed = checksum(kv_pool="mamba_dsa", page_size=64, dsa_index_kpool=4, **one, **slots)
     assert packed.input_features()[-1] == "dsa_kpool_packed"
     assert checksum(kv_pool="mamba_dsa", page_size=64, **one, **slots).state_types == ("mamba", "dsa")
+    qsa = checksum(kv_pool="mamba_qsa", page_size=64, **one, **slots)
+    assert qsa.state_types == ("mamba", "qsa_pending", "qsa_compressed") and qsa.mamba
+    assert qsa.input_features()[-1] == "state:QSA_COMPRESSED"

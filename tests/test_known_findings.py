@@ -622,3 +622,11 @@ def test_f6_is_a_digest_at_the_mamba_slot() -> None:
     }
     assert f6.explains(plain, "decode's digest read dsa items [3], expected those its dsa payload carries ...: [6]")
     assert not f6.explains(plain, oob)  # no compressed tail: nothing of it to read past
+    qsa = {"case": _checksum(kv_cache_dtype="auto", page_size=64, prompt=80, prefill_pages=(3, 5), decode_pages=(2, 4),
+                             chunk_ends=(80,), kv_pool="mamba_qsa", prefill_mamba_slot=2, decode_mamba_slot=3,
+                             prefill_row=4, decode_row=6)}  # fmt: skip
+    assert f6.shows(qsa)
+    assert f6.explains(qsa, "prefill's digest read qsa_pending items [2], expected those its qsa_pending payload ...")
+    assert f6.explains(qsa, "decode's digest read qsa_compressed items [3], expected ...: [2, 4]")
+    assert not f6.explains(qsa, "prefill's digest read qsa_pending items [4], expected ...")  # its row, not its slot
+    assert f6.explains(qsa, oob.replace("decode", "prefill"))  # the ring read past the request rows

@@ -155,6 +155,14 @@ def _mxfp8_past_prompt(c: Any) -> bool:
         ),
         ("a Mamba slot past 16 request rows", lambda c: c.mamba and c.decode_mamba_slot > 17),
         ("a hybrid linear rebootstrap", lambda c: c.mamba and c.rebootstrap and c.outputs > 0),
+        (
+            "a QSA pool past a decode prefix, rows apart",
+            lambda c: c.kv_pool == "mamba_qsa" and c.decode_prefix > 0 and c.prefill_row != c.decode_row,
+        ),
+        (
+            "a QSA pool whose Mamba slot passes the request rows",
+            lambda c: c.kv_pool == "mamba_qsa" and c.prefill_mamba_slot > 16,
+        ),
     ],
 )
 def test_checksum_cases_reach(what: str, reached: Any) -> None:

@@ -25,7 +25,10 @@ whose full-attention layers are DSA (GLM-5.3-Flash: KDA linear layers, DSA layer
 ``index_kpool_compress``) registers both, and with a pooled, compressed indexer (``index_kpool`` > 1) each request's
 compression tail as ``DSA_TAIL`` (``get_compress_tail_buf_infos``: one item per request row), which it sends as a
 descriptor of ring slots within the row (``get_dsa_tail_state_indices``), never as whole items - so no digest can
-cover it item by item, and none may read it (upstream's per-component checksum, #39729, leaves it out). Each state
+cover it item by item, and none may read it (upstream's per-component checksum, #39729, leaves it out). A hybrid
+linear model with a compressed QSA indexer (Qwen4-Exp, ``QSATokenToKVPool``) registers the Mamba state, the
+indexer's pending ring (``QSA_PENDING``, one item per request row, sent as the request's row) and its compressed keys
+(``QSA_COMPRESSED``, one item per KV page, sent for the pages of ``[0, n)``). Each state
 item is digested as it is sent: by the index space and over the range of its own payload.
 
 A ``ChecksumCase`` is that request: the pool, the KV cache dtype, the page size, the prompt, the prefix, whether it
@@ -44,11 +47,20 @@ from pdverify.validation import require_int, require_page_size
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "mxfp8")
 """``--kv-cache-dtype`` values drawn: ``auto`` (the model's bfloat16, ``MHATokenToKVPool``), ``fp8_e4m3`` (the same
 pool storing FP8) and ``mxfp8`` (``MHATokenToKVPoolMXFP8``: FP8 K/V plus block scales registered as state)."""
-KV_POOLS = ("mha", "dsa", "mamba", "mamba_dsa")
+KV_POOLS = ("mha", "dsa", "mamba", "mamba_dsa", "mamba_qsa")
 """The pool the model's attention builds (``kv_pool``): ``mha`` (``MHATokenToKVPool``, its MXFP8 form, or for a
 sliding window ``SWAKVPool``), ``dsa`` (``DSATokenToKVPool``, e.g. DeepSeek-V3.2), ``mamba`` (``HybridLinearKVPool``
-over MHA full-attention layers, e.g. Qwen3-Next) and ``mamba_dsa`` (``HybridLinearKVPool(use_dsa=True)``: a hybrid
-linear model whose full-attention layers are DSA)."""
+over MHA full-attention layers, e.g. Qwen3-Next), ``mamba_dsa`` (``HybridLinearKVPool(use_dsa=True)``: a hybrid
+linear model whose full-attention layers are DSA, GLM-5.3-Flash) and ``mamba_qsa`` (``QSATokenToKVPool``: a hybrid
+linear model with a compressed QSA indexer, Qwen4-Exp)."""
+QSA_COMPRESS_RATIO = 4
+"""The QSA indexer's compression ratio the pool is built with (the model's ``indexer_compress_ratio``; the checksum
+reads items, not their widths)."""
+QSA_PAGE_SIZE = 64
+"""The page size of a compressed QSA indexer: Qwen4-Exp's server overrides it to 64 (``qwen4_exp.py``: "Setting page
+size to 64 for compressed QSA (full//ratio compressed addressing)")."""
+MAX_REQUEST_ROW = 15
+"""The largest request row a case names (a small server's 16 rows: row 0 pads)."""
 DSA_INDEX_PAGE = 64
 """A DSA pool's index page: ``DSATokenToKVPool`` asserts ``page_size // index_kpool == 64``."""
 DSA_INDEX_KPOOLS = (1, 4)
@@ -103,6 +115,11 @@ class ChecksumCase:
     dsa_index_kpool: int = 1
     """A hybrid linear DSA pool's ``index_kpool`` (``DSA_INDEX_KPOOLS``; 1 for other pools): the page size is ``64 *
     index_kpool``, and past 1 the indexer compresses (``index_kpool_compress``), registering ``DSA_TAIL``."""
+    prefill_row: int = 2
+    """Prefill's request row (``req_pool_idx``): what request-scoped state other than the Mamba slot is addressed by
+    (a QSA indexer's pending ring); 1..``MAX_REQUEST_ROW``."""
+    decode_row: int = 1
+    """Decode's, likewise."""
     prefill_mamba_slot: int = 0
     """With a hybrid linear model: prefill's Mamba slot for the request (``req_index_to_mamba_index_mapping`` of its
     row); 0 otherwise."""
@@ -149,6 +166,14 @@ class ChecksumCase:
             raise ValueError(
                 f"kv_pool={self.kv_pool!r} at page_size={self.page_size}: a hybrid linear model's page size divides "
                 f"--mamba-track-interval ({MAMBA_TRACK_INTERVAL})"
+            )
+        for side in ("prefill_row", "decode_row"):
+            if not 1 <= require_int(side, getattr(self, side), minimum=1) <= MAX_REQUEST_ROW:
+                raise ValueError(f"{side}={getattr(self, side)} must be <= {MAX_REQUEST_ROW} (MAX_REQUEST_ROW)")
+        if self.kv_pool == "mamba_qsa" and self.page_size != QSA_PAGE_SIZE:
+            raise ValueError(
+                f"kv_pool='mamba_qsa' at page_size={self.page_size}: the server runs a compressed QSA indexer at page "
+                f"size {QSA_PAGE_SIZE}"
             )
         for side in ("prefill_mamba_slot", "decode_mamba_slot"):
             slot = require_int(side, getattr(self, side), minimum=0)
@@ -202,7 +227,7 @@ class ChecksumCase:
     @property
     def mamba(self) -> bool:
         """Whether the pool is a hybrid linear model's (``HybridLinearKVPool``: a Mamba slot per request)."""
-        return self.kv_pool in ("mamba", "mamba_dsa")
+        return self.kv_pool in ("mamba", "mamba_dsa", "mamba_qsa")
 
     @property
     def dsa(self) -> bool:
@@ -213,7 +238,8 @@ class ChecksumCase:
     def state_types(self) -> tuple[str, ...]:
         """The state types the pool registers for the transfer and the digest, in ``setup_state_kv_args``' order."""
         if self.kv_pool != "mha":
-            kinds = {"dsa": ["dsa"], "mamba": ["mamba"], "mamba_dsa": ["mamba", "dsa"]}[self.kv_pool]
+            kinds = {"dsa": ["dsa"], "mamba": ["mamba"], "mamba_dsa": ["mamba", "dsa"],
+                     "mamba_qsa": ["mamba", "qsa_pending", "qsa_compressed"]}[self.kv_pool]  # fmt: skip
             return (*kinds, "dsa_tail") if self.dsa_index_kpool > 1 else tuple(kinds)
         kinds = ["swa"] if self.sliding_window else []
         if self.block_scales:
@@ -244,6 +270,8 @@ class ChecksumCase:
             used.append("swa_decode_prefix")
         if self.dsa_index_kpool > 1:
             used.append("dsa_kpool_packed" if self.page_size == DSA_INDEX_PAGE else "dsa_kpool_pages")
+        if self.kv_pool == "mamba_qsa":
+            used.append("state:QSA_COMPRESSED")
         return tuple(used)
 
 

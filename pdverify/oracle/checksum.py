@@ -5,7 +5,8 @@ first is page ``D // page_size``; the last is the partial page holding token ``n
 prefill sends, on decode's row where it lands - and each registered state item as it is sent: a hybrid SWA pool's
 SWA KV by each side's SWA pages over the window ``[max(D, n - window), n)`` (page-aligned down), block scales
 (``mxfp8``) with the pages they scale (full pages over ``[D, n)``, SWA pages over the window), a DSA pool's index
-keys with the KV pages past ``D``, a hybrid linear model's Mamba state by each side's slot; a compressed indexer's
+keys with the KV pages past ``D``, a hybrid linear model's Mamba state by each side's slot, a QSA indexer's pending ring
+by each side's request row and its compressed keys with the KV pages past ``D``; a compressed indexer's
 tail (sent as ring slots within the request's row, not as items) by none. A page-granular transfer (and the slot's
 copy) copies every byte the two digests read, so decode accepts the request.
 """
@@ -39,11 +40,16 @@ def window_pages(case: ChecksumCase) -> list[int]:
     return list(range(start // case.page_size, (n - 1) // case.page_size + 1))
 
 
-def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...], slot: int) -> list[tuple[str, list[int]]]:
+def _state(
+    case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...], slot: int, row: int
+) -> list[tuple[str, list[int]]]:
     """Each registered state type with the items a side digests of it: its own payload's index space and range."""
     out: list[tuple[str, list[int]]] = []
-    if case.kv_pool in ("mamba", "mamba_dsa"):
+    if case.kv_pool in ("mamba", "mamba_dsa", "mamba_qsa"):
         out.append(("mamba", [slot]))
+    if case.kv_pool == "mamba_qsa":
+        out.append(("qsa_pending", [row]))
+        out.append(("qsa_compressed", [full[i] for i in logical_pages(case)]))
     if case.kv_pool in ("dsa", "mamba_dsa"):
         out.append(("dsa", [full[i] for i in logical_pages(case)]))
         if case.dsa_index_kpool > 1:  # sent as ring slots within the row, never as items: not digested
@@ -59,9 +65,9 @@ def _state(case: ChecksumCase, full: tuple[int, ...], swa: tuple[int, ...], slot
 
 def prefill_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
     """The state items prefill digests, per registered state type (none when the pool registers no state)."""
-    return _state(case, case.prefill_pages, case.prefill_swa_pages, case.prefill_mamba_slot)
+    return _state(case, case.prefill_pages, case.prefill_swa_pages, case.prefill_mamba_slot, case.prefill_row)
 
 
 def decode_state_digest(case: ChecksumCase) -> list[tuple[str, list[int]]]:
     """The state items decode digests, per registered state type, on its own pages."""
-    return _state(case, case.decode_pages, case.decode_swa_pages, case.decode_mamba_slot)
+    return _state(case, case.decode_pages, case.decode_swa_pages, case.decode_mamba_slot, case.decode_row)

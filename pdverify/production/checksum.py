@@ -37,15 +37,17 @@ OTHER = {"prefill": b"\xa5", "decode": b"\x5a"}
 
 
 def state_indices(
-    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor, mamba_slot: torch.Tensor
+    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor, request: torch.Tensor
 ) -> dict[str, torch.Tensor] | None:
     """The state indices a side digests, per registered state type, each by its own payload's index space and range
     (F4's and F5's fix: 0.5.21-0.5.23 give None for the MXFP8 pool and the SWA window's pages to every state type of
-    a hybrid SWA pool); None for a pool that registers no state."""
+    a hybrid SWA pool; F6's: the Mamba slot to every state type of a hybrid linear pool); ``request`` is the side's
+    Mamba slot then its request row. None for a pool that registers no state."""
     if not case.state_types:
         return None
     by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages,
-               "dsa": kv_pages, "mamba": mamba_slot, "dsa_tail": kv_pages[:0]}  # fmt: skip
+               "dsa": kv_pages, "mamba": request[:1], "dsa_tail": kv_pages[:0], "qsa_pending": request[1:],
+               "qsa_compressed": kv_pages}  # fmt: skip
     return {kind: by_type[kind] for kind in case.state_types}
 
 
@@ -104,24 +106,28 @@ class _Side:
         self.row = _row(self.full, ps, n, device)
         self.swa_row = _row(self.swa, ps, n, device) if case.sliding_window else self.row
         self.slot = torch.tensor([getattr(case, f"{name}_mamba_slot")], dtype=torch.int64, device=device)
+        self.req_row = torch.tensor([getattr(case, f"{name}_row")], dtype=torch.int64, device=device)
         self.kv: dict[int, bytes] = {}
         self.states: dict[str, dict[int, bytes]] = {kind: {} for kind in case.state_types}
 
     def key(self, kind: str, logical: int) -> int:
         """The item of ``kind`` that holds a logical page: its full page, or its SWA page for SWA-indexed state."""
-        return self.full[logical] if kind in ("kv", "block_scale", "dsa") else self.swa[logical]
+        return self.full[logical] if kind in ("kv", "block_scale", "dsa", "qsa_compressed") else self.swa[logical]
 
     def hold(self, logical: int) -> None:
         """This side's items of a logical page hold its bytes (as prefill computed them)."""
         self.kv[self.key("kv", logical)] = bytes([logical % 251 + 1]) * PAGE_BYTES
         for j, (kind, buffer) in enumerate(self.states.items()):
-            if kind not in ("mamba", "dsa_tail"):  # the request's state, not a page's
+            if kind not in ("mamba", "dsa_tail", "qsa_pending"):  # the request's state, not a page's
                 buffer[self.key(kind, logical)] = bytes([(logical + 60 * (j + 1)) % 251 + 1]) * 2
 
     def hold_state(self) -> None:
-        """This side's Mamba slot holds the request's state after its last token (as prefill computed it)."""
+        """This side's Mamba slot (and a QSA indexer's pending ring, in its request row) holds the request's state
+        after its last token (as prefill computed it)."""
         if "mamba" in self.states:
             self.states["mamba"][int(self.slot[0])] = b"\x77" * 4
+        if "qsa_pending" in self.states:
+            self.states["qsa_pending"][int(self.req_row[0])] = b"\x78" * 4
 
     def window(self, case: ChecksumCase, seq_len: int, start: int) -> torch.Tensor:
         """The SWA pages of the window ``[max(start, seq_len - window), seq_len)``, page-aligned down."""
@@ -133,12 +139,13 @@ class _Side:
         """Each state type's items of this side's transfer payload (prefill sends them, decode lands them there):
         ``BLOCK_SCALE`` its full pages of ``[0, n)`` (``_full_kv_pages_payload``), ``SWA`` and ``BLOCK_SCALE_SWA``
         its SWA pages of the window past ``D`` (``_swa_payload``), ``DSA`` its pages past ``D``
-        (``_dsa_pages_payload``), ``MAMBA`` its slot (``_mamba_payload``)."""
+        (``_dsa_pages_payload``), ``MAMBA`` its slot (``_mamba_payload``), ``QSA_PENDING`` its request row
+        (``_qsa_pending_payload``), ``QSA_COMPRESSED`` its full pages of ``[0, n)``."""
         window = self.window(case, case.length, case.decode_prefix) if case.sliding_window else None
         full = page_indices_for_request(self.row, case.length, case.page_size)
         suffix = page_indices_for_request(self.row, case.length, case.page_size, start=case.decode_prefix)
         return {"swa": window, "block_scale": full, "block_scale_swa": window, "dsa": suffix, "mamba": self.slot,
-                "dsa_tail": None}  # fmt: skip
+                "dsa_tail": None, "qsa_pending": self.req_row, "qsa_compressed": full}  # fmt: skip
 
     def digest(
         self, case: ChecksumCase, seq_len: int
@@ -147,7 +154,8 @@ class _Side:
         start = digest_start(case.decode_prefix)
         pages = page_indices_for_request(self.row, seq_len, case.page_size, start=start)
         window = self.window(case, seq_len, start) if case.sliding_window else pages[:0]
-        return digest(self.kv, pages, self.states, state_indices(case, pages, window, self.slot), self.other)
+        request = torch.cat([self.slot, self.req_row])
+        return digest(self.kv, pages, self.states, state_indices(case, pages, window, request), self.other)
 
 
 def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:

@@ -37,7 +37,7 @@ from unittest import mock
 
 import torch
 
-from pdverify.model.checksum import MAX_MAMBA_SLOT, ChecksumCase, ChecksumTrace
+from pdverify.model.checksum import MAX_MAMBA_SLOT, QSA_COMPRESS_RATIO, ChecksumCase, ChecksumTrace
 from pdverify.targets.sglang_prefill import _extend_range, on_device
 
 SIGNATURE = 0x5EED
@@ -153,8 +153,9 @@ def _state_pool(sg: Any, case: ChecksumCase, size: int, row: int, slot: int) -> 
     """A DSA or hybrid linear model's pool and its request-to-token pool, as the KV cache configurator builds them:
     ``DSATokenToKVPool`` (MLA latents and the indexer's keys; with ``index_kpool`` > 1 compressed, with per-request
     tails) and ``ReqToTokenPool``; or ``HybridLinearKVPool`` (an MHA or, ``use_dsa``, a DSA full-attention layer and
-    a Mamba2 layer - GLM-5.3-Flash's KDA state differs in shape only) over ``HybridReqToTokenPool`` with the row's
-    Mamba slot in ``req_index_to_mamba_index_mapping`` (the extra buffer past page size 1)."""
+    a Mamba2 layer - GLM-5.3-Flash's KDA state differs in shape only) or ``QSATokenToKVPool`` (Qwen4-Exp's compressed
+    QSA indexer) over ``HybridReqToTokenPool`` with the row's Mamba slot in ``req_index_to_mamba_index_mapping`` (the
+    extra buffer past page size 1)."""
     ps, kpool = case.page_size, case.dsa_index_kpool
     rows_size, context = REQUEST_ROWS if case.mamba else row + 1, -(-case.length // ps) * ps
     dsa = {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "index_head_dim": 128, "kv_cache_dim": 80,
@@ -176,18 +177,22 @@ def _state_pool(sg: Any, case: ChecksumCase, size: int, row: int, slot: int) -> 
     # the tails: one row per request row (_build_hybrid_linear_kv_pool: max_running_requests=req_to_token.shape[0])
     tails = {"tail_extra_slots": 0, "max_running_requests": rows.req_to_token.shape[0]} if kpool > 1 else {}
     extra = {"use_mla": True, "use_dsa": True, **dsa, **tails} if case.kv_pool == "mamba_dsa" else {}
-    pool = sg.memory_pool.HybridLinearKVPool(size=size, dtype=KV_DTYPES[case.kv_cache_dtype], page_size=ps,
-                                             head_num=1, head_dim=8, full_attention_layer_ids=[1], device="cpu",
-                                             mamba_pool=rows.mamba_pool, **extra)  # fmt: skip
-    return pool, rows
+    common = {"size": size, "dtype": KV_DTYPES[case.kv_cache_dtype], "page_size": ps, "head_num": 1, "head_dim": 8,
+              "full_attention_layer_ids": [1], "device": "cpu", "mamba_pool": rows.mamba_pool}  # fmt: skip
+    if case.kv_pool == "mamba_qsa":  # Qwen4-Exp: the pending ring one item per request row (num_request_slots)
+        qsa = {"qsa_index_kv_heads": 1, "qsa_index_head_dim": 16, "qsa_compress_ratio": QSA_COMPRESS_RATIO,
+               "qsa_token_topk": 16 * QSA_COMPRESS_RATIO, "num_request_slots": rows.req_to_token.shape[0]}  # fmt: skip
+        return sg.QSATokenToKVPool(**common, **qsa), rows
+    return sg.memory_pool.HybridLinearKVPool(**common, **extra), rows
 
 
 REQUEST_ROWS = 16
 """A hybrid linear engine's request rows (``--max-running-requests``): its compression tail has one more."""
 SWA_INDEXED = ("swa", "block_scale_swa")
 """The state types addressed by SWA pages (``REQUEST_SCOPED`` by the request, the others by full pages)."""
-REQUEST_SCOPED = ("mamba", "dsa_tail")
-"""The state types held per request, not per page: the Mamba slot, the DSA compression tail's row."""
+REQUEST_SCOPED = ("mamba", "dsa_tail", "qsa_pending")
+"""The state types held per request, not per page: the Mamba slot, the DSA compression tail's row, the QSA pending
+ring's row."""
 
 
 def _buffers_of(engine: Any, kind: str) -> list[tuple[int, int]]:
@@ -212,10 +217,12 @@ def _fill(engine: Any, logical: range) -> None:
 
 
 def _fill_state(engine: Any) -> None:
-    """The request's Mamba state in the engine's slot (as prefill computed it after the request's last token)."""
-    if "mamba" in engine.types:
-        for b, (base, item) in enumerate(_buffers_of(engine, "mamba")):
-            ctypes.memset(int(base) + engine.slot * int(item), 200 + b, int(item))
+    """The request's Mamba state in the engine's slot and a QSA indexer's pending ring in its request row (as
+    prefill computed them after the request's last token)."""
+    for kind, at, byte in (("mamba", engine.slot, 200), ("qsa_pending", engine.row, 230)):
+        if kind in engine.types:
+            for b, (base, item) in enumerate(_buffers_of(engine, kind)):
+                ctypes.memset(int(base) + at * int(item), byte + b, int(item))
 
 
 def _copy(src: Any, dst: Any, kind: str, src_items: list[int], dst_items: list[int]) -> None:
@@ -278,6 +285,7 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     from sglang.srt.mem_cache import memory_pool
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.qsa_kv_pool import QSATokenToKVPool
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -300,6 +308,7 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         SamplingParams=SamplingParams,
         Mamba2CacheParams=Mamba2CacheParams,
         Mamba2StateShape=Mamba2StateShape,
+        QSATokenToKVPool=QSATokenToKVPool,
     )
 
 
@@ -323,8 +332,8 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     ps, d = case.page_size, case.decode_prefix
     buffers = _Buffers()
     with _single_rank():  # a DSA pool sizes its index buffer by the decode-context-parallel width
-        pre = _engine(sg, case, buffers, "prefill", row=2)
-        dec = _engine(sg, case, buffers, "decode", row=1)
+        pre = _engine(sg, case, buffers, "prefill", row=case.prefill_row)
+        dec = _engine(sg, case, buffers, "decode", row=case.decode_row)
     _fill(pre, range(len(case.prefill_pages)))  # each page holds its logical page's bytes
     _fill_state(pre)
     _fill(dec, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
@@ -353,11 +362,13 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     destinations = tuple(pages_of(decode_row[d:fill]))
     # decode's state destinations, as pop_preallocated's payloads name them: BLOCK_SCALE its pages of [0, fill)
     # (_full_kv_pages_payload), SWA and BLOCK_SCALE_SWA its SWA pages of the window (_swa_payload), DSA its pages
-    # past the prefix (_dsa_pages_payload; from 0 before 0.5.23), MAMBA its slot (_mamba_payload); DSA_TAIL's ring
-    # slots are not copied (a descriptor, not items: the digest must not read them)
+    # past the prefix (_dsa_pages_payload; from 0 before 0.5.23), MAMBA its slot (_mamba_payload), QSA_PENDING its
+    # request row (_qsa_pending_payload), QSA_COMPRESSED its pages of [0, fill); DSA_TAIL's ring slots are not copied
+    # (a descriptor, not items: the digest must not read them)
     dsa_from = d if hasattr(sg.decode, "suffix_page_indices") else 0  # 0.5.21-0.5.22: _full_kv_pages_payload
-    landing: dict[str, list[int]] = {"block_scale": pages_of(decode_row[:fill]),
-                                     "dsa": pages_of(decode_row[dsa_from:fill]), "mamba": [dec.slot]}  # fmt: skip
+    full = pages_of(decode_row[:fill])
+    landing: dict[str, list[int]] = {"block_scale": full, "dsa": pages_of(decode_row[dsa_from:fill]),
+                                     "mamba": [dec.slot], "qsa_pending": [dec.row], "qsa_compressed": full}  # fmt: skip
     if case.sliding_window:
         start = max(d, fill - case.sliding_window) // ps * ps
         window = dec.allocator.translate_swa_indices_for_transfer(decode_row[start:fill])
