@@ -12,7 +12,9 @@ from pdverify.model.checksum import (
     KV_POOLS,
     MAMBA_TRACK_INTERVAL,
     MAX_MAMBA_SLOT,
+    MAX_REQUEST_ROW,
     MXFP8_PAGE_SIZE,
+    QSA_PAGE_SIZE,
     ChecksumCase,
 )
 from pdverify.properties.releases import DOMAIN
@@ -51,7 +53,8 @@ def checksum_cases(
     ``kv_pools`` (shrinks to the first): an MHA pool as above; a DSA pool (bfloat16, page size 64); a hybrid linear
     pool (``auto`` or ``fp8_e4m3``, page size 1 or a power of two dividing the Mamba track interval) or a hybrid
     linear DSA pool (``index_kpool`` 1 at page size 64, or 4 with compression as GLM-5.3-Flash: at page size 256 where
-    the release gives a pooled index whole pages, 64 before), each side's Mamba slot drawn."""
+    the release gives a pooled index whole pages, 64 before) or a hybrid linear QSA pool (Qwen4-Exp, at the page size
+    64 its server sets), each side's Mamba slot and request row drawn."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -79,16 +82,18 @@ def _checksum_cases(
 ) -> ChecksumCase:
     c = Choices(draw)
     c.lean()
-    pool = c.pick(kv_pools)
+    pool = c.pick([p for p in kv_pools if p != "mamba_qsa" or DOMAIN.has("state:QSA_COMPRESSED")] or ["mha"])
     kpool = c.pick(DSA_INDEX_KPOOLS) if pool == "mamba_dsa" else 1
     dtypes = [d for d in kv_cache_dtypes if d != "mxfp8" or DOMAIN.has("state:BLOCK_SCALE")] or ["auto"]
     if pool != "mha":  # the block scales are an MHA pool's; a DSA pool keeps bfloat16 latents
-        dtypes = [d for d in dtypes if d != "mxfp8" and (d == "auto" or pool == "mamba")] or ["auto"]
+        dtypes = [d for d in dtypes if d != "mxfp8" and (d == "auto" or pool in ("mamba", "mamba_qsa"))] or ["auto"]
     dtype = c.pick(dtypes)
     if pool in ("dsa", "mamba_dsa"):  # a pooled index owns whole pages from 0.5.22; packed into 64 tokens before
         ps = DSA_INDEX_PAGE * kpool if DOMAIN.has("dsa_kpool_pages") else DSA_INDEX_PAGE
     elif dtype == "mxfp8":
         ps = MXFP8_PAGE_SIZE
+    elif pool == "mamba_qsa":  # the server's page size for a compressed QSA indexer
+        ps = QSA_PAGE_SIZE
     elif not DOMAIN.has("paged_transfer"):
         ps = 1
     else:
@@ -105,7 +110,8 @@ def _checksum_cases(
     chunk_ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     window = 0
     swa: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    slots = tuple(c.integer(1, MAX_MAMBA_SLOT) for _ in "pd") if pool in ("mamba", "mamba_dsa") else (0, 0)
+    slots = tuple(c.integer(1, MAX_MAMBA_SLOT) for _ in "pd") if pool.startswith("mamba") else (0, 0)
+    rows = tuple(c.integer(1, MAX_REQUEST_ROW) for _ in "pd") if pool.startswith("mamba") else (2, 1)
     if pool == "mha" and hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
         window = boundary_length(c, 1, n + ps, ps)  # within a page, across the prefix, past the whole request
         swa = (tuple(distinct_sample(c, 1, 2 * pages + 4, pages)), tuple(distinct_sample(c, 1, 2 * pages + 4, pages)))
@@ -124,6 +130,8 @@ def _checksum_cases(
         decode_swa_pages=swa[1],
         kv_pool=pool,
         dsa_index_kpool=kpool,
+        prefill_row=rows[0],
+        decode_row=rows[1],
         prefill_mamba_slot=slots[0],
         decode_mamba_slot=slots[1],
     )
