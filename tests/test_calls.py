@@ -143,9 +143,19 @@ def test_the_report_names_per_property_the_release_functions_called(tmp_path: Pa
 def test_a_named_unit_that_enters_no_release_function_is_undriven(release: object) -> None:
     """A unit is driven when any of its calls entered the package: once is enough, a stand-in never does."""
     driven = recording(release.entry, "fakerel", "driven")  # type: ignore[attr-defined]
-    stand_in = recording(lambda n: sum(i * i for i in range(n)), "fakerel", "stand_in")
-    sometimes = recording(lambda n: release.entry(n) if n else 0, "fakerel", "sometimes")  # type: ignore[attr-defined]
-    unnamed = recording(lambda: 0, "fakerel")
+
+    def squares(n: int) -> int:
+        return sum(i * i for i in range(n))
+
+    def entry_unless_zero(n: int) -> int:
+        return int(release.entry(n)) if n else 0  # type: ignore[attr-defined]
+
+    def zero() -> int:
+        return 0
+
+    stand_in = recording(squares, "fakerel", "stand_in")
+    sometimes = recording(entry_unless_zero, "fakerel", "sometimes")
+    unnamed = recording(zero, "fakerel")
     open_recording()
     assert driven(2) == stand_in(2) == 1 and sometimes(0) == unnamed() == 0
     assert undriven_units() == ["sometimes", "stand_in"]
