@@ -50,11 +50,12 @@ def checksum_cases(
     (never page 0). The first choice is a lean (``Choices.lean``): under one the lengths go to page boundaries and
     the rows to fragmented pages. Half the time where ``hybrid_swa``, a hybrid SWA model: a sliding window of
     ``1..n + page_size`` tokens (half at a page boundary or one off it) and each side's SWA pages. The pool is one of
-    ``kv_pools`` (shrinks to the first): an MHA pool as above; a DSA pool (bfloat16, page size 64); a hybrid linear
-    pool (``auto`` or ``fp8_e4m3``, page size 1 or a power of two dividing the Mamba track interval) or a hybrid
-    linear DSA pool (``index_kpool`` 1 at page size 64, or 4 with compression as GLM-5.3-Flash: at page size 256 where
-    the release gives a pooled index whole pages, 64 before) or a hybrid linear QSA pool (Qwen4-Exp, at the page size
-    64 its server sets), each side's Mamba slot and request row drawn."""
+    ``kv_pools`` (shrinks to the MHA pool, drawn half the time where it is asked for): an MHA pool as above; a DSA
+    pool (bfloat16, page size 64); a hybrid linear pool (``auto`` or ``fp8_e4m3``, page size 1 or a power of two
+    dividing the Mamba track interval) or a hybrid linear DSA pool (``index_kpool`` 1 at page size 64, or 4 with
+    compression as GLM-5.3-Flash: at page size 256 where the release gives a pooled index whole pages, 64 before) or
+    a hybrid linear QSA pool (Qwen4-Exp, at the page size 64 its server sets), each side's Mamba slot and request
+    row drawn."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -82,7 +83,10 @@ def _checksum_cases(
 ) -> ChecksumCase:
     c = Choices(draw)
     c.lean()
-    pool = c.pick([p for p in kv_pools if p != "mamba_qsa" or DOMAIN.has("state:QSA_COMPRESSED")] or ["mha"])
+    pools = [p for p in kv_pools if p != "mamba_qsa" or DOMAIN.has("state:QSA_COMPRESSED")] or ["mha"]
+    others = [p for p in pools if p != "mha"]
+    # half the draws to the MHA pool where it is asked for: it has the most forms (three dtypes, a sliding window)
+    pool = "mha" if "mha" in pools and (not others or not c.boolean()) else c.pick(others)
     kpool = c.pick(DSA_INDEX_KPOOLS) if pool == "mamba_dsa" else 1
     dtypes = [d for d in kv_cache_dtypes if d != "mxfp8" or DOMAIN.has("state:BLOCK_SCALE")] or ["auto"]
     if pool != "mha":  # the block scales are an MHA pool's; a DSA pool keeps bfloat16 latents
