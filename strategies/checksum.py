@@ -114,8 +114,10 @@ def _checksum_cases(
     chunk_ends = tuple(draw_chunk_ends(c, n, max_chunks=max_chunks))
     window = 0
     swa: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    slots = tuple(c.integer(1, MAX_MAMBA_SLOT) for _ in "pd") if pool.startswith("mamba") else (0, 0)
-    rows = tuple(c.integer(1, MAX_REQUEST_ROW) for _ in "pd") if pool.startswith("mamba") else (2, 1)
+    request: dict[str, int] = {}  # a hybrid linear pool's Mamba slots and request rows (other pools: the defaults)
+    if pool.startswith("mamba"):
+        request = {f"{side}_mamba_slot": c.integer(1, MAX_MAMBA_SLOT) for side in ("prefill", "decode")}
+        request |= {f"{side}_row": c.integer(1, MAX_REQUEST_ROW) for side in ("prefill", "decode")}
     if pool == "mha" and hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
         window = boundary_length(c, 1, n + ps, ps)  # within a page, across the prefix, past the whole request
         swa = (tuple(distinct_sample(c, 1, 2 * pages + 4, pages)), tuple(distinct_sample(c, 1, 2 * pages + 4, pages)))
@@ -134,8 +136,5 @@ def _checksum_cases(
         decode_swa_pages=swa[1],
         kv_pool=pool,
         dsa_index_kpool=kpool,
-        prefill_row=rows[0],
-        decode_row=rows[1],
-        prefill_mamba_slot=slots[0],
-        decode_mamba_slot=slots[1],
+        **request,
     )

@@ -38,15 +38,17 @@ def test_a_side_without_state_indices_is_reported() -> None:
     fixed = port.state_indices
     calls: list[int] = []
 
-    def on_decode_only(case: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor) -> Any:
+    def on_decode_only(
+        case: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor, row: torch.Tensor
+    ) -> Any:
         calls.append(1)
-        return fixed(case, kv, window, slot) if len(calls) == 1 else None
+        return fixed(case, kv, window, slot, row) if len(calls) == 1 else None
 
     with mock.patch.object(port, "state_indices", on_decode_only):
         trace = port.kv_checksum(_case(), "cpu")
     assert trace.raised.startswith("decode: AssertionError: state buffers are registered") and not trace.accepted
     assert trace.prefill_state_digest and not trace.decode_state_digest
-    with mock.patch.object(port, "state_indices", lambda case, kv, window, slot: None):
+    with mock.patch.object(port, "state_indices", lambda case, kv, window, slot, row: None):
         trace = port.kv_checksum(_case(), "cpu")
     assert trace.raised.startswith("prefill: AssertionError") and trace.prefill_digest == ()
 

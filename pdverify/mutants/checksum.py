@@ -33,16 +33,19 @@ def partial_page_sent(case: ChecksumCase, device: str) -> ChecksumTrace:
 
 Indices = dict[str, torch.Tensor]
 Rewrite = Callable[[ChecksumCase, Indices, torch.Tensor, torch.Tensor, torch.Tensor], "Indices | None"]
+"""``rewrite(case, fixed, kv_pages, window, slot)``: the mutant's state indices from the port's."""
 
 
 def _with_indices(case: ChecksumCase, device: str, rewrite: Rewrite) -> ChecksumTrace:
-    """The port with each side's state indices rewritten: ``rewrite(case, fixed, kv_pages, window, request)`` gets the
+    """The port with each side's state indices rewritten: ``rewrite(case, fixed, kv_pages, window, slot)`` gets the
     port's (fixed) indices of a pool that registers state and returns the mutant's."""
     fixed = port.state_indices
 
-    def indices(c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, request: torch.Tensor) -> Indices | None:
-        got = fixed(c, kv, window, request)
-        return None if got is None else rewrite(c, got, kv, window, request)
+    def indices(
+        c: ChecksumCase, kv: torch.Tensor, window: torch.Tensor, slot: torch.Tensor, row: torch.Tensor
+    ) -> Indices | None:
+        got = fixed(c, kv, window, slot, row)
+        return None if got is None else rewrite(c, got, kv, window, slot)
 
     with mock.patch.object(port, "state_indices", indices):
         return port.kv_checksum(case, device)
@@ -50,35 +53,35 @@ def _with_indices(case: ChecksumCase, device: str, rewrite: Rewrite) -> Checksum
 
 @mutant("XV04", "kv_checksum", "missing case", "state indices for a hybrid SWA pool only (F4: 0.5.21-0.5.23)")
 def no_block_scale_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: got
+    return _with_indices(case, device, lambda c, got, kv, window, slot: got
                          if c.sliding_window or c.kv_pool != "mha" else None)  # fmt: skip
 
 
 @mutant("XV05", "kv_checksum", "missing case", "the block scales go undigested (their state indices empty)")
 def block_scales_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: {
+    return _with_indices(case, device, lambda c, got, kv, window, slot: {
         k: v[:0] if k.startswith("block_scale") else v for k, v in got.items()})  # fmt: skip
 
 
 @mutant("XV06", "kv_checksum", "wrong index space", "every state type digested at the SWA window's pages (F5)")
 def one_state_index_vector(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: dict.fromkeys(got, window)
+    return _with_indices(case, device, lambda c, got, kv, window, slot: dict.fromkeys(got, window)
                          if c.sliding_window else got)  # fmt: skip
 
 
 @mutant("XV07", "kv_checksum", "wrong index space", "every state type of a hybrid linear pool at its Mamba slot (F6)")
 def one_mamba_slot_index(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: dict.fromkeys(got, request[:1])
+    return _with_indices(case, device, lambda c, got, kv, window, slot: dict.fromkeys(got, slot)
                          if c.mamba else got)  # fmt: skip
 
 
 @mutant("XV08", "kv_checksum", "wrong index space", "the Mamba state digested at the request's first KV page")
 def mamba_state_by_page(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: {
+    return _with_indices(case, device, lambda c, got, kv, window, slot: {
         k: kv[:1] if k == "mamba" else v for k, v in got.items()})  # fmt: skip
 
 
 @mutant("XV09", "kv_checksum", "wrong index space", "a compressed indexer's tail digested at the KV pages")
 def dsa_tail_by_pages(case: ChecksumCase, device: str) -> ChecksumTrace:
-    return _with_indices(case, device, lambda c, got, kv, window, request: {
+    return _with_indices(case, device, lambda c, got, kv, window, slot: {
         k: kv if k == "dsa_tail" else v for k, v in got.items()})  # fmt: skip

@@ -37,16 +37,16 @@ OTHER = {"prefill": b"\xa5", "decode": b"\x5a"}
 
 
 def state_indices(
-    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor, request: torch.Tensor
+    case: ChecksumCase, kv_pages: torch.Tensor, window_swa_pages: torch.Tensor, slot: torch.Tensor, row: torch.Tensor
 ) -> dict[str, torch.Tensor] | None:
     """The state indices a side digests, per registered state type, each by its own payload's index space and range
     (F4's and F5's fix: 0.5.21-0.5.23 give None for the MXFP8 pool and the SWA window's pages to every state type of
-    a hybrid SWA pool; F6's: the Mamba slot to every state type of a hybrid linear pool); ``request`` is the side's
-    Mamba slot then its request row. None for a pool that registers no state."""
+    a hybrid SWA pool; F6's: the Mamba slot to every state type of a hybrid linear pool); ``slot`` and ``row`` are
+    the side's Mamba slot and request row. None for a pool that registers no state."""
     if not case.state_types:
         return None
     by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages,
-               "dsa": kv_pages, "mamba": request[:1], "dsa_tail": kv_pages[:0], "qsa_pending": request[1:],
+               "dsa": kv_pages, "mamba": slot, "dsa_tail": kv_pages[:0], "qsa_pending": row,
                "qsa_compressed": kv_pages}  # fmt: skip
     return {kind: by_type[kind] for kind in case.state_types}
 
@@ -154,8 +154,8 @@ class _Side:
         start = digest_start(case.decode_prefix)
         pages = page_indices_for_request(self.row, seq_len, case.page_size, start=start)
         window = self.window(case, seq_len, start) if case.sliding_window else pages[:0]
-        request = torch.cat([self.slot, self.req_row])
-        return digest(self.kv, pages, self.states, state_indices(case, pages, window, request), self.other)
+        indices = state_indices(case, pages, window, self.slot, self.req_row)
+        return digest(self.kv, pages, self.states, indices, self.other)
 
 
 def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:

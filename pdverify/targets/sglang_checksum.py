@@ -37,7 +37,13 @@ from unittest import mock
 
 import torch
 
-from pdverify.model.checksum import MAX_MAMBA_SLOT, QSA_COMPRESS_RATIO, ChecksumCase, ChecksumTrace
+from pdverify.model.checksum import (
+    MAX_MAMBA_SLOT,
+    MAX_REQUEST_ROW,
+    QSA_COMPRESS_RATIO,
+    ChecksumCase,
+    ChecksumTrace,
+)
 from pdverify.targets.sglang_prefill import _extend_range, on_device
 
 SIGNATURE = 0x5EED
@@ -76,10 +82,6 @@ class _Buffers:
         )
 
 
-def _flat(nested: Any) -> list[int]:
-    return [int(x) for group in nested for x in group]
-
-
 def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int) -> Any:
     """One engine as the server builds it for ``--kv-cache-dtype`` and the model: SGLang's own KV pool (an MHA
     model's, ``_mha_pool``; a DSA or hybrid linear model's, ``_state_pool``), its allocator
@@ -94,14 +96,18 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
     # page ids 1..max; the pool adds the padding page 0. A hybrid SWA pool's SWA part is no larger than its full part
     # (--swa-full-tokens-ratio, 0.8 by default)
     size = max(pages + swa_pages) * ps
+    slot: int = getattr(case, f"{side}_mamba_slot")
     if case.mamba:  # a server's pool holds many more pages than Mamba slots: every slot id names a page too
         size = max(size, (MAX_MAMBA_SLOT + 1) * ps)
-    if case.kv_pool == "mha":
-        pool, allocator = _mha_pool(sg, case, size, pages, swa_pages)
+        rows = _mamba_rows(sg, case, row, slot, context=len(pages) * ps)
+    else:
         rows = sg.memory_pool.ReqToTokenPool(size=row + 1, max_context_len=len(pages) * ps, device="cpu",
                                              enable_memory_saver=False)  # fmt: skip
+    if case.kv_pool == "mha":
+        pool, allocator = _mha_pool(sg, case, size, pages, swa_pages)
     else:
-        pool, rows = _state_pool(sg, case, size, row, getattr(case, f"{side}_mamba_slot"))
+        pool, allocator = _state_pool(sg, case, size, rows), None
+    if allocator is None:  # every pool but a hybrid SWA one pages through the paged allocator
         allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
                                                    need_sort=False)  # fmt: skip
     rows.req_to_token[row, : len(pages) * ps] = torch.tensor([p * ps + o for p in pages for o in range(ps)],
@@ -111,7 +117,7 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
     sg.utils.setup_state_kv_args(kv_args, pool, None, req_to_token_pool=rows)
     engine = SimpleNamespace(pool=pool, allocator=allocator, req_to_token_pool=rows, kv_args=kv_args, row=row,
                              reads=[], pages=pages, swa_pages=swa_pages, sliding_window=case.sliding_window or None,
-                             slot=getattr(case, f"{side}_mamba_slot"),
+                             slot=slot,
                              types=[getattr(t, "value", t) for t in kv_args.state_types])  # fmt: skip
     buffers.register(engine, "kv", kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens)
     for kind, ptrs, lens, items in zip(engine.types, kv_args.state_data_ptrs, kv_args.state_data_lens,
@@ -128,66 +134,69 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
     return engine
 
 
-def _mha_pool(sg: Any, case: ChecksumCase, size: int, pages: tuple[int, ...], swa_pages: tuple[int, ...]) -> Any:
-    """An MHA model's pool and allocator: ``MHATokenToKVPool`` (``MHATokenToKVPoolMXFP8`` for ``mxfp8``), or for a
-    sliding window ``SWAKVPool`` over two of them with the row's SWA slots in ``full_to_swa_index_mapping``."""
+def _mha_pool(
+    sg: Any, case: ChecksumCase, size: int, pages: tuple[int, ...], swa_pages: tuple[int, ...]
+) -> tuple[Any, Any]:
+    """An MHA model's pool: ``MHATokenToKVPool`` (``MHATokenToKVPoolMXFP8`` for ``mxfp8``), or for a sliding window
+    ``SWAKVPool`` over two of them with its own allocator, the row's SWA slots in ``full_to_swa_index_mapping``
+    (None: the paged allocator)."""
     ps, dtype = case.page_size, KV_DTYPES[case.kv_cache_dtype]
     mxfp8 = case.kv_cache_dtype == "mxfp8"
     pool_class = sg.memory_pool.MHATokenToKVPoolMXFP8 if mxfp8 else sg.memory_pool.MHATokenToKVPool
     shape = {"page_size": ps, "dtype": dtype, "head_num": 1, "head_dim": 32 if mxfp8 else 8, "device": "cpu",
              "enable_memory_saver": False, "enable_alt_stream": False}  # fmt: skip
-    if case.sliding_window:
-        size_swa = max(swa_pages) * ps
-        pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
-                            token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
-        allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
-        for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
-            allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
-        return pool, allocator
-    pool = pool_class(size=size, layer_num=2, **shape)
-    return pool, sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
-                                                need_sort=False)  # fmt: skip
+    if not case.sliding_window:
+        return pool_class(size=size, layer_num=2, **shape), None
+    size_swa = max(swa_pages) * ps
+    pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                        token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
+    allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
+    for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
+        allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
+    return pool, allocator
 
 
-def _state_pool(sg: Any, case: ChecksumCase, size: int, row: int, slot: int) -> tuple[Any, Any]:
-    """A DSA or hybrid linear model's pool and its request-to-token pool, as the KV cache configurator builds them:
-    ``DSATokenToKVPool`` (MLA latents and the indexer's keys; with ``index_kpool`` > 1 compressed, with per-request
-    tails) and ``ReqToTokenPool``; or ``HybridLinearKVPool`` (an MHA or, ``use_dsa``, a DSA full-attention layer and
-    a Mamba2 layer - GLM-5.3-Flash's KDA state differs in shape only) or ``QSATokenToKVPool`` (Qwen4-Exp's compressed
-    QSA indexer) over ``HybridReqToTokenPool`` with the row's Mamba slot in ``req_index_to_mamba_index_mapping`` (the
-    extra buffer past page size 1)."""
-    ps, kpool = case.page_size, case.dsa_index_kpool
-    rows_size, context = REQUEST_ROWS if case.mamba else row + 1, -(-case.length // ps) * ps
-    dsa = {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "index_head_dim": 128, "kv_cache_dim": 80,
-           "index_kpool": kpool, "index_kpool_compress": kpool > 1}  # fmt: skip
-    if case.kv_pool == "dsa":
-        rows = sg.memory_pool.ReqToTokenPool(size=rows_size, max_context_len=context, device="cpu",
-                                             enable_memory_saver=False)  # fmt: skip
-        pool = sg.memory_pool.DSATokenToKVPool(size=size, page_size=ps, dtype=torch.bfloat16, layer_num=2,
-                                               device="cpu", enable_memory_saver=False, **dsa)  # fmt: skip
-        return pool, rows
+def _mamba_rows(sg: Any, case: ChecksumCase, row: int, slot: int, context: int) -> Any:
+    """A hybrid linear model's ``HybridReqToTokenPool`` (a Mamba2 layer - GLM-5.3-Flash's KDA state differs in shape
+    only; the extra buffer past page size 1) with the row's Mamba slot in ``req_index_to_mamba_index_mapping``."""
     shape = sg.Mamba2StateShape.create(tp_world_size=1, intermediate_size=32, n_groups=1, num_heads=2, head_dim=16,
                                        state_size=8, conv_kernel=4)  # fmt: skip
     rows = sg.memory_pool.HybridReqToTokenPool(
-        size=rows_size, mamba_size=slot, mamba_spec_state_size=slot, max_context_len=context, device="cpu",
+        size=REQUEST_ROWS, mamba_size=slot, mamba_spec_state_size=slot, max_context_len=context, device="cpu",
         enable_memory_saver=False, cache_params=sg.Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
-        enable_mamba_extra_buffer=ps > 1,
+        enable_mamba_extra_buffer=case.page_size > 1,
     )  # fmt: skip
     rows.req_index_to_mamba_index_mapping[row] = slot
-    # the tails: one row per request row (_build_hybrid_linear_kv_pool: max_running_requests=req_to_token.shape[0])
-    tails = {"tail_extra_slots": 0, "max_running_requests": rows.req_to_token.shape[0]} if kpool > 1 else {}
-    extra = {"use_mla": True, "use_dsa": True, **dsa, **tails} if case.kv_pool == "mamba_dsa" else {}
+    return rows
+
+
+def _state_pool(sg: Any, case: ChecksumCase, size: int, rows: Any) -> Any:
+    """A DSA or hybrid linear model's pool, as the KV cache configurator builds it: ``DSATokenToKVPool`` (MLA
+    latents and the indexer's keys); ``HybridLinearKVPool`` over ``rows`` (``_mamba_rows``) with an MHA or, ``use_dsa``,
+    a DSA full-attention layer (``index_kpool`` > 1: compressed, with per-request tails); or ``QSATokenToKVPool``
+    (Qwen4-Exp's compressed QSA indexer, its pending ring one item per request row)."""
+    ps, kpool = case.page_size, case.dsa_index_kpool
+    dsa = {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "index_head_dim": 128, "kv_cache_dim": 80,
+           "index_kpool": kpool, "index_kpool_compress": kpool > 1}  # fmt: skip
+    if case.kv_pool == "dsa":
+        return sg.memory_pool.DSATokenToKVPool(size=size, page_size=ps, dtype=torch.bfloat16, layer_num=2,
+                                               device="cpu", enable_memory_saver=False, **dsa)  # fmt: skip
     common = {"size": size, "dtype": KV_DTYPES[case.kv_cache_dtype], "page_size": ps, "head_num": 1, "head_dim": 8,
               "full_attention_layer_ids": [1], "device": "cpu", "mamba_pool": rows.mamba_pool}  # fmt: skip
-    if case.kv_pool == "mamba_qsa":  # Qwen4-Exp: the pending ring one item per request row (num_request_slots)
+    request_rows = rows.req_to_token.shape[0]  # _build_hybrid_linear_kv_pool: max_running_requests, request slots
+    if case.kv_pool == "mamba_qsa":
         qsa = {"qsa_index_kv_heads": 1, "qsa_index_head_dim": 16, "qsa_compress_ratio": QSA_COMPRESS_RATIO,
-               "qsa_token_topk": 16 * QSA_COMPRESS_RATIO, "num_request_slots": rows.req_to_token.shape[0]}  # fmt: skip
-        return sg.QSATokenToKVPool(**common, **qsa), rows
-    return sg.memory_pool.HybridLinearKVPool(**common, **extra), rows
+               "qsa_token_topk": 16 * QSA_COMPRESS_RATIO, "num_request_slots": request_rows}  # fmt: skip
+        return sg.QSATokenToKVPool(**common, **qsa)
+    if case.kv_pool == "mamba_dsa":
+        tails = {"tail_extra_slots": 0, "max_running_requests": request_rows} if kpool > 1 else {}
+        return sg.memory_pool.HybridLinearKVPool(**common, use_mla=True, use_dsa=True, **dsa, **tails)
+    return sg.memory_pool.HybridLinearKVPool(**common)
 
 
-REQUEST_ROWS = 16
-"""A hybrid linear engine's request rows (``--max-running-requests``): its compression tail has one more."""
+REQUEST_ROWS = MAX_REQUEST_ROW + 1
+"""A hybrid linear engine's request rows (``--max-running-requests``; row 0 pads): its compression tail has one
+more."""
 SWA_INDEXED = ("swa", "block_scale_swa")
 """The state types addressed by SWA pages (``REQUEST_SCOPED`` by the request, the others by full pages)."""
 REQUEST_SCOPED = ("mamba", "dsa_tail", "qsa_pending")
