@@ -168,7 +168,7 @@ class ChecksumCase:
                 f"--mamba-track-interval ({MAMBA_TRACK_INTERVAL})"
             )
         for side in ("prefill_row", "decode_row"):
-            if not 1 <= require_int(side, getattr(self, side), minimum=1) <= MAX_REQUEST_ROW:
+            if require_int(side, getattr(self, side), minimum=1) > MAX_REQUEST_ROW:
                 raise ValueError(f"{side}={getattr(self, side)} must be <= {MAX_REQUEST_ROW} (MAX_REQUEST_ROW)")
         if self.kv_pool == "mamba_qsa" and self.page_size != QSA_PAGE_SIZE:
             raise ValueError(
