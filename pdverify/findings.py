@@ -475,14 +475,22 @@ def _f4_shows(kwargs: Mapping[str, Any]) -> bool:
     return isinstance(case, ChecksumCase) and case.block_scales and not case.sliding_window
 
 
-def _f4_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+def _no_state_indices(kwargs: Mapping[str, Any], message: str) -> bool:
     """X2's message when a side's ``KvChecksumComputer.compute`` refused its registered state buffers without state
-    indices (``checksum.py``'s ``assert state_indices_gpu is not None``: ``state_indices_for_request`` gave None)."""
+    indices (``checksum.py``'s ``assert state_indices_gpu is not None``: ``state_indices_for_request`` gave None) - F4
+    and T22."""
     del kwargs
     first = message.split("\n", 1)[0]  # pytest's assertion rewriting appends its own explanation
     return first.startswith("the handoff raised: prefill: AssertionError at checksum.py:") and first.endswith(
         "`assert state_indices_gpu is not None`"
     )
+
+
+def _t22_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A MiniMax-M3 sparse pool (``MiniMaxSparseKVPool``: it registers its indexer's keys and its dense layers' KV as
+    state for the transfer)."""
+    case = kwargs.get("case")
+    return isinstance(case, ChecksumCase) and case.kv_pool == "minimax"
 
 
 def _f5_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -1383,7 +1391,7 @@ KNOWN: dict[str, KnownDefect] = {
             "gets no state indices for them: KvChecksumComputer.compute asserts and prefill's scheduler crashes on "
             "the first request",
             _f4_shows,
-            _f4_explains,
+            _no_state_indices,
         ),
         KnownDefect(
             "F5",
@@ -1408,6 +1416,17 @@ KNOWN: dict[str, KnownDefect] = {
             "request row, so decode rejects byte-exact transfers, and a slot id past the tail rows reads out of bounds",
             _f6_shows,
             _f6_explains,
+        ),
+        KnownDefect(
+            "T22",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22"),
+            "with the KV checksum on, a MiniMax-M3 sparse pool (MiniMaxSparseKVPool), which registers its indexer's "
+            "keys and dense layers' KV as state for the transfer, gets no state indices for them: "
+            "KvChecksumComputer.compute asserts and prefill's scheduler crashes on the first request (fixed in 0.5.23)",
+            _t22_shows,
+            _no_state_indices,
         ),
     )
 }

@@ -13,6 +13,7 @@ from pdverify.model.checksum import (
     MAMBA_TRACK_INTERVAL,
     MAX_MAMBA_SLOT,
     MAX_REQUEST_ROW,
+    MINIMAX_PAGE_SIZE,
     MXFP8_PAGE_SIZE,
     QSA_PAGE_SIZE,
     ChecksumCase,
@@ -55,7 +56,8 @@ def checksum_cases(
     dividing the Mamba track interval) or a hybrid linear DSA pool (``index_kpool`` 1 at page size 64, or 4 with
     compression as GLM-5.3-Flash: at page size 256 where the release gives a pooled index whole pages, 64 before) or
     a hybrid linear QSA pool (Qwen4-Exp, at the page size 64 its server sets), each side's Mamba slot and request
-    row drawn."""
+    row drawn; or a MiniMax-M3 sparse pool (``auto`` or ``fp8_e4m3``, half the time at the page size 128 its server
+    sets, else a power of two up to ``max_page_size``)."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -90,7 +92,8 @@ def _checksum_cases(
     kpool = c.pick(DSA_INDEX_KPOOLS) if pool == "mamba_dsa" else 1
     dtypes = [d for d in kv_cache_dtypes if d != "mxfp8" or DOMAIN.has("state:BLOCK_SCALE")] or ["auto"]
     if pool != "mha":  # the block scales are an MHA pool's; a DSA pool keeps bfloat16 latents
-        dtypes = [d for d in dtypes if d != "mxfp8" and (d == "auto" or pool in ("mamba", "mamba_qsa"))] or ["auto"]
+        dtypes = [d for d in dtypes if d != "mxfp8" and (d == "auto" or pool in ("mamba", "mamba_qsa", "minimax"))]
+        dtypes = dtypes or ["auto"]
     dtype = c.pick(dtypes)
     if pool in ("dsa", "mamba_dsa"):  # a pooled index owns whole pages from 0.5.22; packed into 64 tokens before
         ps = DSA_INDEX_PAGE * kpool if DOMAIN.has("dsa_kpool_pages") else DSA_INDEX_PAGE
@@ -100,6 +103,8 @@ def _checksum_cases(
         ps = QSA_PAGE_SIZE
     elif not DOMAIN.has("paged_transfer"):
         ps = 1
+    elif pool == "minimax" and c.boolean():  # the page size MiniMax-M3's server sets; an explicit one stands
+        ps = MINIMAX_PAGE_SIZE
     else:
         ps = pick_page_size(c, page_size_list(max_page_size, odd=pool == "mha"))
         ps = ps if pool == "mha" or MAMBA_TRACK_INTERVAL % ps == 0 else 1

@@ -72,8 +72,9 @@ KILLERS: dict[str, list[str]] = {
     "W1": ["XW01", "XW02", "XW03", "DP01"],
     "W2": ["XW01", "XW02", "XW03"],
     "X1": ["XW02", "XW03", "XD02"],  # one a clause: pages, decode_prefix, state_lists
-    "X2": ["XV01", "XV02", "XV03", "XV04", "XV05", "XV06", "XV07", "XV08", "XV09"],  # range, origin, partial page;
-    # F4, undigested scales, F5; F6, the Mamba state by page, the DSA tail by pages
+    # X2: range, origin, partial page; F4, undigested scales, F5; F6, the Mamba state by page, the DSA tail by pages;
+    # T22, MiniMax's dense KV undigested
+    "X2": ["XV01", "XV02", "XV03", "XV04", "XV05", "XV06", "XV07", "XV08", "XV09", "XV10", "XV11"],
     "D1": ["XD01", "XD02", "XD03", "XD04", "XD05"],
     "D2": ["XD06", "XD07", "XD11"],
     "D3": ["XD08", "XD09"],

@@ -163,6 +163,17 @@ def _mxfp8_past_prompt(c: Any) -> bool:
             "a QSA pool whose Mamba slot passes the request rows",
             lambda c: c.kv_pool == "mamba_qsa" and c.prefill_mamba_slot > 16,
         ),
+        ("a MiniMax-M3 pool at page size 128 (T22's input)", lambda c: c.kv_pool == "minimax" and c.page_size == 128),
+        (
+            "a MiniMax-M3 pool on fp8_e4m3 past a decode prefix, other page size",
+            lambda c: (
+                c.kv_pool == "minimax"
+                and c.kv_cache_dtype == "fp8_e4m3"
+                and c.decode_prefix > 0
+                and c.page_size not in (1, 128)
+            ),
+        ),
+        ("a MiniMax-M3 rebootstrap", lambda c: c.kv_pool == "minimax" and c.rebootstrap and c.outputs > 0),
     ],
 )
 def test_checksum_cases_reach(what: str, reached: Any) -> None:

@@ -28,8 +28,12 @@ descriptor of ring slots within the row (``get_dsa_tail_state_indices``), never 
 cover it item by item, and none may read it (upstream's per-component checksum, #39729, leaves it out). A hybrid
 linear model with a compressed QSA indexer (Qwen4-Exp, ``QSATokenToKVPool``) registers the Mamba state, the
 indexer's pending ring (``QSA_PENDING``, one item per request row, sent as the request's row) and its compressed keys
-(``QSA_COMPRESSED``, one item per KV page, sent for the pages of ``[0, n)``). Each state
-item is digested as it is sent: by the index space and over the range of its own payload.
+(``QSA_COMPRESSED``, one item per KV page, sent for the pages of ``[0, n)``). A MiniMax-M3 sparse model
+(``MiniMaxSparseKVPool``: dense layers and K-only sparse layers with an indexer) registers the sparse layers' KV as
+its KV, the indexer's keys as ``MINIMAX_INDEX_K`` (one item per KV page, sent for the pages past ``D``:
+``minimax_index_transfer_pages``; from 0 before 0.5.23) and the dense layers' KV as ``MINIMAX_DENSE_KV`` (one item per
+KV page, sent for the pages of ``[0, n)``). Each state item is digested as it is sent: by the index space and over
+the range of its own payload.
 
 A ``ChecksumCase`` is that request: the pool, the KV cache dtype, the page size, the prompt, the prefix, whether it
 is a rebootstrap and how many outputs it kept, and the pages of each side's row (one per logical page of ``[0, n)``)
@@ -47,18 +51,23 @@ from pdverify.validation import require_int, require_page_size
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "mxfp8")
 """``--kv-cache-dtype`` values drawn: ``auto`` (the model's bfloat16, ``MHATokenToKVPool``), ``fp8_e4m3`` (the same
 pool storing FP8) and ``mxfp8`` (``MHATokenToKVPoolMXFP8``: FP8 K/V plus block scales registered as state)."""
-KV_POOLS = ("mha", "dsa", "mamba", "mamba_dsa", "mamba_qsa")
+KV_POOLS = ("mha", "dsa", "mamba", "mamba_dsa", "mamba_qsa", "minimax")
 """The pool the model's attention builds (``kv_pool``): ``mha`` (``MHATokenToKVPool``, its MXFP8 form, or for a
 sliding window ``SWAKVPool``), ``dsa`` (``DSATokenToKVPool``, e.g. DeepSeek-V3.2), ``mamba`` (``HybridLinearKVPool``
 over MHA full-attention layers, e.g. Qwen3-Next), ``mamba_dsa`` (``HybridLinearKVPool(use_dsa=True)``: a hybrid
 linear model whose full-attention layers are DSA, GLM-5.3-Flash) and ``mamba_qsa`` (``QSATokenToKVPool``: a hybrid
-linear model with a compressed QSA indexer, Qwen4-Exp)."""
+linear model with a compressed QSA indexer, Qwen4-Exp) and ``minimax`` (``MiniMaxSparseKVPool``: MiniMax-M3's dense
+and K-only sparse layers; PD registration refuses sparse layers that keep index values)."""
 QSA_COMPRESS_RATIO = 4
 """The QSA indexer's compression ratio the pool is built with (the model's ``indexer_compress_ratio``; the checksum
 reads items, not their widths)."""
 QSA_PAGE_SIZE = 64
 """The page size of a compressed QSA indexer: Qwen4-Exp's server overrides it to 64 (``qwen4_exp.py``: "Setting page
 size to 64 for compressed QSA (full//ratio compressed addressing)")."""
+MINIMAX_PAGE_SIZE = 128
+"""The page size MiniMax-M3's server sets where none is given (``model_overrides/minimax_m3.py``: Hopper's fa3, and
+fa4 or trtllm_mha on Blackwell, "allow the page_size == 128 sparse block MSA needs"); an explicit ``--page-size``
+stands."""
 MAX_REQUEST_ROW = 15
 """The largest request row a case names (a small server's 16 rows: row 0 pads)."""
 DSA_INDEX_PAGE = 64
@@ -239,7 +248,8 @@ class ChecksumCase:
         """The state types the pool registers for the transfer and the digest, in ``setup_state_kv_args``' order."""
         if self.kv_pool != "mha":
             kinds = {"dsa": ["dsa"], "mamba": ["mamba"], "mamba_dsa": ["mamba", "dsa"],
-                     "mamba_qsa": ["mamba", "qsa_pending", "qsa_compressed"]}[self.kv_pool]  # fmt: skip
+                     "mamba_qsa": ["mamba", "qsa_pending", "qsa_compressed"],
+                     "minimax": ["minimax_index_k", "minimax_dense_kv"]}[self.kv_pool]  # fmt: skip
             return (*kinds, "dsa_tail") if self.dsa_index_kpool > 1 else tuple(kinds)
         kinds = ["swa"] if self.sliding_window else []
         if self.block_scales:

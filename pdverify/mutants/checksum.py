@@ -85,3 +85,14 @@ def mamba_state_by_page(case: ChecksumCase, device: str) -> ChecksumTrace:
 def dsa_tail_by_pages(case: ChecksumCase, device: str) -> ChecksumTrace:
     return _with_indices(case, device, lambda c, got, kv, window, slot: {
         k: kv if k == "dsa_tail" else v for k, v in got.items()})  # fmt: skip
+
+
+@mutant("XV10", "kv_checksum", "missing case", "a MiniMax sparse pool's state gets no indices (T22: 0.5.21-0.5.22)")
+def minimax_without_indices(case: ChecksumCase, device: str) -> ChecksumTrace:
+    return _with_indices(case, device, lambda c, got, kv, window, slot: None if c.kv_pool == "minimax" else got)
+
+
+@mutant("XV11", "kv_checksum", "missing case", "a MiniMax sparse pool's dense-layer KV goes undigested")
+def minimax_dense_undigested(case: ChecksumCase, device: str) -> ChecksumTrace:
+    return _with_indices(case, device, lambda c, got, kv, window, slot: {
+        k: v[:0] if k == "minimax_dense_kv" else v for k, v in got.items()})  # fmt: skip

@@ -6,7 +6,8 @@ prefill sends, on decode's row where it lands - and each registered state item a
 SWA KV by each side's SWA pages over the window ``[max(D, n - window), n)`` (page-aligned down), block scales
 (``mxfp8``) with the pages they scale (full pages over ``[D, n)``, SWA pages over the window), a DSA pool's index
 keys with the KV pages past ``D``, a hybrid linear model's Mamba state by each side's slot, a QSA indexer's pending ring
-by each side's request row and its compressed keys with the KV pages past ``D``; a compressed indexer's
+by each side's request row and its compressed keys with the KV pages past ``D``, a MiniMax sparse pool's indexer
+keys and dense layers' KV with the KV pages past ``D``; a compressed indexer's
 tail (sent as ring slots within the request's row, not as items) by none. A page-granular transfer (and the slot's
 copy) copies every byte the two digests read, so decode accepts the request.
 """
@@ -54,6 +55,9 @@ def _state(
         out.append(("dsa", [full[i] for i in logical_pages(case)]))
         if case.dsa_index_kpool > 1:  # sent as ring slots within the row, never as items: not digested
             out.append(("dsa_tail", []))
+    if case.kv_pool == "minimax":
+        out.append(("minimax_index_k", [full[i] for i in logical_pages(case)]))
+        out.append(("minimax_dense_kv", [full[i] for i in logical_pages(case)]))
     if case.sliding_window:
         out.append(("swa", [swa[i] for i in window_pages(case)]))
     if case.kv_cache_dtype == "mxfp8":

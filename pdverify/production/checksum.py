@@ -7,8 +7,9 @@ row ``prepare_for_prebuilt`` committed: the prompt plus the outputs but the last
 written yet), which for a rebootstrap is the prompt plus the outputs it kept. The buffers are host bytes standing
 for the device KV (a page's bytes: its logical page, repeated; another request's elsewhere), so a digest of the
 wrong pages differs from prefill's. A pool that registers state (an ``mxfp8`` pool's block scales, a hybrid SWA
-pool's SWA KV and its scales, a DSA pool's index keys, a hybrid linear model's Mamba state) digests each state type
-by its own payload's index space and range: full pages of ``[D, n)`` for ``BLOCK_SCALE`` and ``DSA``, SWA pages of
+pool's SWA KV and its scales, a DSA pool's index keys, a hybrid linear model's Mamba state, a MiniMax sparse pool's
+indexer keys and dense KV) digests each state type by its own payload's index space and range: full pages of
+``[D, n)`` for ``BLOCK_SCALE``, ``DSA``, ``QSA_COMPRESSED`` and the MiniMax types, SWA pages of
 the window for ``SWA`` and ``BLOCK_SCALE_SWA``, the side's slot for ``MAMBA``, none for ``DSA_TAIL`` (sent as ring
 slots within the row, not as items); ``compute`` refuses to digest registered state without indices.
 """
@@ -47,7 +48,7 @@ def state_indices(
         return None
     by_type = {"swa": window_swa_pages, "block_scale": kv_pages, "block_scale_swa": window_swa_pages,
                "dsa": kv_pages, "mamba": slot, "dsa_tail": kv_pages[:0], "qsa_pending": row,
-               "qsa_compressed": kv_pages}  # fmt: skip
+               "qsa_compressed": kv_pages, "minimax_index_k": kv_pages, "minimax_dense_kv": kv_pages}  # fmt: skip
     return {kind: by_type[kind] for kind in case.state_types}
 
 
@@ -112,7 +113,7 @@ class _Side:
 
     def key(self, kind: str, logical: int) -> int:
         """The item of ``kind`` that holds a logical page: its full page, or its SWA page for SWA-indexed state."""
-        return self.full[logical] if kind in ("kv", "block_scale", "dsa", "qsa_compressed") else self.swa[logical]
+        return self.swa[logical] if kind in ("swa", "block_scale_swa") else self.full[logical]
 
     def hold(self, logical: int) -> None:
         """This side's items of a logical page hold its bytes (as prefill computed them)."""
@@ -140,12 +141,14 @@ class _Side:
         ``BLOCK_SCALE`` its full pages of ``[0, n)`` (``_full_kv_pages_payload``), ``SWA`` and ``BLOCK_SCALE_SWA``
         its SWA pages of the window past ``D`` (``_swa_payload``), ``DSA`` its pages past ``D``
         (``_dsa_pages_payload``), ``MAMBA`` its slot (``_mamba_payload``), ``QSA_PENDING`` its request row
-        (``_qsa_pending_payload``), ``QSA_COMPRESSED`` its full pages of ``[0, n)``."""
+        (``_qsa_pending_payload``), ``QSA_COMPRESSED`` and ``MINIMAX_DENSE_KV`` its full pages of ``[0, n)``,
+        ``MINIMAX_INDEX_K`` its pages past ``D`` (``minimax_index_transfer_pages``)."""
         window = self.window(case, case.length, case.decode_prefix) if case.sliding_window else None
         full = page_indices_for_request(self.row, case.length, case.page_size)
         suffix = page_indices_for_request(self.row, case.length, case.page_size, start=case.decode_prefix)
         return {"swa": window, "block_scale": full, "block_scale_swa": window, "dsa": suffix, "mamba": self.slot,
-                "dsa_tail": None, "qsa_pending": self.req_row, "qsa_compressed": full}  # fmt: skip
+                "dsa_tail": None, "qsa_pending": self.req_row, "qsa_compressed": full, "minimax_index_k": suffix,
+                "minimax_dense_kv": full}  # fmt: skip
 
     def digest(
         self, case: ChecksumCase, seq_len: int

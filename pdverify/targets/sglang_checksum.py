@@ -173,11 +173,18 @@ def _mamba_rows(sg: Any, case: ChecksumCase, row: int, slot: int, context: int) 
 def _state_pool(sg: Any, case: ChecksumCase, size: int, rows: Any) -> Any:
     """A DSA or hybrid linear model's pool, as the KV cache configurator builds it: ``DSATokenToKVPool`` (MLA
     latents and the indexer's keys); ``HybridLinearKVPool`` over ``rows`` (``_mamba_rows``) with an MHA or, ``use_dsa``,
-    a DSA full-attention layer (``index_kpool`` > 1: compressed, with per-request tails); or ``QSATokenToKVPool``
-    (Qwen4-Exp's compressed QSA indexer, its pending ring one item per request row)."""
+    a DSA full-attention layer (``index_kpool`` > 1: compressed, with per-request tails); ``QSATokenToKVPool``
+    (Qwen4-Exp's compressed QSA indexer, its pending ring one item per request row); or ``MiniMaxSparseKVPool``
+    (MiniMax-M3: a dense layer and a K-only sparse layer with its indexer's keys - the sparse layers PD registers)."""
     ps, kpool = case.page_size, case.dsa_index_kpool
     dsa = {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "index_head_dim": 128, "kv_cache_dim": 80,
            "index_kpool": kpool, "index_kpool_compress": kpool > 1}  # fmt: skip
+    if case.kv_pool == "minimax":
+        return sg.memory_pool.MiniMaxSparseKVPool(size=size, page_size=ps, dtype=KV_DTYPES[case.kv_cache_dtype],
+                                                  head_num=1, head_dim=8, idx_head_dim=16, dense_layer_ids=[0],
+                                                  sparse_layer_ids=[1], disable_value_sparse_layer_ids=[1],
+                                                  device="cpu", enable_memory_saver=False, start_layer=0,
+                                                  end_layer=2)  # fmt: skip
     if case.kv_pool == "dsa":
         return sg.memory_pool.DSATokenToKVPool(size=size, page_size=ps, dtype=torch.bfloat16, layer_num=2,
                                                device="cpu", enable_memory_saver=False, **dsa)  # fmt: skip
@@ -372,12 +379,16 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     # decode's state destinations, as pop_preallocated's payloads name them: BLOCK_SCALE its pages of [0, fill)
     # (_full_kv_pages_payload), SWA and BLOCK_SCALE_SWA its SWA pages of the window (_swa_payload), DSA its pages
     # past the prefix (_dsa_pages_payload; from 0 before 0.5.23), MAMBA its slot (_mamba_payload), QSA_PENDING its
-    # request row (_qsa_pending_payload), QSA_COMPRESSED its pages of [0, fill); DSA_TAIL's ring slots are not copied
-    # (a descriptor, not items: the digest must not read them)
+    # request row (_qsa_pending_payload), QSA_COMPRESSED and MINIMAX_DENSE_KV its pages of [0, fill), MINIMAX_INDEX_K
+    # its pages past the prefix (_minimax_payload; from 0 before 0.5.23); DSA_TAIL's ring slots are not copied (a
+    # descriptor, not items: the digest must not read them)
     dsa_from = d if hasattr(sg.decode, "suffix_page_indices") else 0  # 0.5.21-0.5.22: _full_kv_pages_payload
+    index_k_from = d if hasattr(sg.decode, "minimax_index_transfer_pages") else 0
     full = pages_of(decode_row[:fill])
     landing: dict[str, list[int]] = {"block_scale": full, "dsa": pages_of(decode_row[dsa_from:fill]),
-                                     "mamba": [dec.slot], "qsa_pending": [dec.row], "qsa_compressed": full}  # fmt: skip
+                                     "mamba": [dec.slot], "qsa_pending": [dec.row], "qsa_compressed": full,
+                                     "minimax_index_k": pages_of(decode_row[index_k_from:fill]),
+                                     "minimax_dense_kv": full}  # fmt: skip
     if case.sliding_window:
         start = max(d, fill - case.sliding_window) // ps * ps
         window = dec.allocator.translate_swa_indices_for_transfer(decode_row[start:fill])
