@@ -203,10 +203,9 @@ def replay_all(target: Any, examples: list[FindingExample], triage: list[dict[st
 def features_missing(example: FindingExample, release: str | None) -> list[str]:
     """The input features the example's arguments use (``input_features()``) that ``release`` does not have (every
     feature where it is None)."""
-    from pdverify.properties.releases import FEATURES
+    from pdverify.properties.releases import features_lacking, release_features
 
-    used = {f for value in example.kwargs().values() for f in getattr(value, "input_features", tuple)()}
-    return sorted(f for f in used if f in FEATURES and FEATURES[f].not_applicable(release) is not None)
+    return features_lacking(example.kwargs().values(), release_features(release))
 
 
 def main(argv: list[str] | None = None) -> int:

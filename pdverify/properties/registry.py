@@ -232,10 +232,10 @@ def within_release(*cases: Any) -> None:
     """``within_domain`` for the input features of ``cases`` (``input_features()``) that the target's release does not
     have: an explicit example or a drawn input that uses a later release's feature is outside an earlier release's
     domain, never a failure there."""
-    from pdverify.properties.releases import DOMAIN, FEATURES
+    from pdverify.properties.releases import DOMAIN, features_lacking
 
     for case in cases:
-        missing = [f for f in case.input_features() if f in FEATURES and not DOMAIN.has(f)]
+        missing = features_lacking([case], DOMAIN.features)
         within_domain(not missing, ", ".join(missing))
 
 

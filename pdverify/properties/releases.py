@@ -12,7 +12,9 @@ behind each boundary, with its kind.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -312,6 +314,19 @@ ALLOCATION_POLICY = Contract(
 """An input-domain boundary, not a contract: which allocation policies a release's decode server accepts."""
 
 
+def release_features(release: str | None) -> frozenset[str]:
+    """The input features of ``FEATURES`` that ``release`` has (None, or a development build: every current one)."""
+    return frozenset(name for name, c in FEATURES.items() if c.not_applicable(release) is None)
+
+
+def features_lacking(values: Iterable[Any], features: frozenset[str]) -> list[str]:
+    """The input features ``values`` use (each one's ``input_features()``, where it has them) that are not in
+    ``features``: the one rule by which an input is outside a release's domain (``registry.within_release`` while a
+    property runs, ``replay.features_missing`` for a recorded example)."""
+    used = {f for value in values for f in getattr(value, "input_features", tuple)()}
+    return sorted(f for f in used if f in FEATURES and f not in features)
+
+
 def bind_release(release: str | None) -> InputDomain:
     """Set ``DOMAIN`` to the contract of ``release`` (None, or a development build: the current contract, every
     input)."""
@@ -320,5 +335,5 @@ def bind_release(release: str | None) -> InputDomain:
     DOMAIN.rebootstrap = FROM_REBOOTSTRAP.not_applicable(release) is None
     DOMAIN.seeded_computed = SEEDED_COMPUTED.not_applicable(release) is None
     DOMAIN.allocation_policy = ALLOCATION_POLICY.not_applicable(release) is None
-    DOMAIN.features = frozenset(name for name, c in FEATURES.items() if c.not_applicable(release) is None)
+    DOMAIN.features = release_features(release)
     return DOMAIN
