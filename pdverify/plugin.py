@@ -9,8 +9,9 @@ installed pdverify checks a user's code with ``pytest --pyargs pdverify.properti
 
 from __future__ import annotations
 
+import functools
 import traceback
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -19,9 +20,17 @@ import torch
 from pdverify import profiles
 from pdverify.devices import DEVICES, cuda_available
 from pdverify.local_constants import pin_local_constants
-from pdverify.properties.registry import EXAMPLES, PROPERTIES, ExampleTimeout, clause_statuses, reset_examples
+from pdverify.properties.registry import (
+    EXAMPLES,
+    PROPERTIES,
+    ExampleTimeout,
+    clause_statuses,
+    note_event,
+    reset_examples,
+    within_domain,
+)
 from pdverify.properties.releases import bind_release
-from pdverify.targets import Target, TargetError, load_target
+from pdverify.targets import FUNCTIONS, ServerRefuses, Target, TargetError, load_target
 from pdverify.targets.calls import close_recording, open_recording, undriven_units
 
 NOT_APPLICABLE = "not applicable"
@@ -43,7 +52,7 @@ def configure(config: pytest.Config) -> None:
     EXAMPLES.seed = config.getoption("pdverify_seed")
     EXAMPLES.known_findings = config.getoption("pdverify_known_findings") == "apply"
     try:
-        config.stash[TARGET_KEY] = load_target(config.getoption("pdverify_target"))
+        config.stash[TARGET_KEY] = refusals_discarded(load_target(config.getoption("pdverify_target")))
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
     bind_release(config.stash[TARGET_KEY].release)
@@ -93,6 +102,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.skip(reason="CUDA not available: torch.cuda.is_available() is False"))
         params.append(pytest.param(device, marks=marks, id=device))
     metafunc.parametrize("device", params)
+
+
+def refusals_discarded(tgt: Target) -> Target:
+    """``tgt`` with each unit's ``ServerRefuses`` (a configuration the release's own validation refuses to start
+    with) turned into a discarded example - outside the release's domain, never a pass or a failure - and counted
+    in the property's events ("refused by the server: ...")."""
+
+    def discarding(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except ServerRefuses as exc:
+                EXAMPLES.refused, EXAMPLES.refusal = EXAMPLES.refused + 1, str(exc)
+                note_event(f"refused by the server: {exc}")
+                within_domain(False, f"a configuration the server refuses ({exc})")
+                raise  # pragma: no cover - within_domain raised
+
+        return call
+
+    units = {name: discarding(getattr(tgt, name)) for name in FUNCTIONS if tgt.supplies(name)}
+    return tgt.derive(tgt.name, tgt.description, **units)
 
 
 @pytest.fixture
@@ -201,6 +232,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
             ("pdverify_property", getattr(getattr(item, "obj", None), "pdverify_property", None))
         )
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
+        item.user_properties.append(("pdverify_refused", EXAMPLES.refused))
+        item.user_properties.append(("pdverify_refusal", EXAMPLES.refusal))
         item.user_properties.append(("pdverify_inputs", EXAMPLES.inputs.hexdigest()))
         item.user_properties.append(("pdverify_findings", _finding_counts(item)))
         # registered request fields and how often this property drew each (summed over the run by pdverify check)

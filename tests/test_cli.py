@@ -224,3 +224,17 @@ def test_unreproducible_failure_is_flaky_never_passed(tmp_path: Path) -> None:
     code, report = check(tmp_path, "--target", "tests.user_targets:flaky", "-k", "p6_")
     assert code == exitcodes.FAILED
     assert statuses(report) == {"P6": "flaky"}
+
+
+def test_a_configuration_the_server_refuses_is_discarded_and_counted(tmp_path: Path) -> None:
+    """``ServerRefuses`` from a unit: the example is outside the release's domain - neither a pass nor a failure -
+    and the report counts it; a server that refuses everything leaves the property without examples, never
+    passed."""
+    code, report = check(tmp_path, "--target", "tests.user_targets:refusing_host_receive", "-k", "test_q1_")
+    q1 = report["properties"][0]
+    assert code == exitcodes.OK and q1["status"] == "passed", q1
+    assert 0 < q1["refused"] < q1["examples"], q1
+    code, report = check(tmp_path, "--target", "tests.user_targets:refusing_everything", "-k", "test_q1_")
+    q1 = report["properties"][0]
+    assert code != exitcodes.OK and q1["status"] == "no examples" and "refuses to start" in q1["message"], q1
+    assert q1["refused"] == q1["examples"] > 0, q1

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from pdverify.production.page_index import PageIndices
-from pdverify.targets import Target, load_target
+from pdverify.targets import ServerRefuses, Target, load_target
 
 
 def _floor_off_by_page(length: int, page_size: int) -> int:
@@ -125,3 +125,25 @@ f2_as_released = as_release_0_5_23("mutant:XC01", "user-f2-as-released")
 f2_and_a_second_defect = as_release_0_5_23("mutant:XC02", "user-f2-second-defect")
 """A different checksum defect (the digest starts at 0, the decode prefix included) on a 0.5.23 target: a new
 failure, even though F2 is recorded for S16."""
+
+
+def _refuses_host_receive(case: Any, device: str) -> Any:
+    """The port's decode queue, behind a server that refuses every host-receive threshold below 1 (as every
+    transfer backend of SGLang 0.5.21-0.5.23 does)."""
+    if case.host_threshold < 1:
+        raise ServerRefuses("--disaggregation-decode-host-receive-threshold < 1: no backend supports host destinations")
+    return _PORT.require("decode_queue")(case, device)
+
+
+_PORT = load_target("pdverify")
+refusing_host_receive = _PORT.derive("user-refusing-host-receive", decode_queue=_refuses_host_receive)
+"""A server whose own validation refuses part of the drawn configurations: those examples are discarded and
+counted, never passed or failed."""
+
+
+def _refuses_everything(case: Any, device: str) -> Any:
+    raise ServerRefuses("this server starts with no configuration")
+
+
+refusing_everything = _PORT.derive("user-refusing-everything", decode_queue=_refuses_everything)
+"""A server that refuses every configuration: a property left with no example is not a pass."""

@@ -84,6 +84,7 @@ class Collector:
         res.seconds += report.duration
         props: dict[str, Any] = dict(report.user_properties)
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
+        res.refused = max(res.refused, int(props.get("pdverify_refused", 0) or 0))
         res.inputs = str(props.get("pdverify_inputs") or res.inputs)
         res.findings = dict(props.get("pdverify_findings") or res.findings)
         for name, count in (props.get("pdverify_fields") or {}).items():
@@ -99,6 +100,12 @@ class Collector:
                 props.get("pdverify_status") or ("not applicable" if NOT_APPLICABLE in reason else "skipped")
             )
             res.message = reason
+        elif report.failed and report.when == "call" and 0 < res.examples == res.refused:
+            res.status = "no examples"
+            res.message = (
+                f"every one of {res.examples} examples is a configuration the server refuses to start with: "
+                f"{props.get('pdverify_refusal', '')}"
+            )
         elif report.failed:
             res.status = str(props.get("pdverify_status", "error" if report.when != "call" else "failed"))
             text = report.longreprtext

@@ -131,7 +131,7 @@ def render_table(results: Sequence[PropertyResult], *, colour: bool, width: int 
             escape(r.id),
             escape(r.title),
             r.device,
-            str(r.examples),
+            _examples(r),
             f"[{style}]{escape(r.status)}[/]",
             f"{r.seconds:.2f}s",
         )
@@ -151,7 +151,7 @@ def _strip(text: str) -> str:
 
 def _plain_table(rows: Sequence[PropertyResult], folded: Sequence[str], width: int = 120) -> str:
     header = ("property", "title", "device", "examples", "result", "time")
-    cells = [(r.id, r.title, r.device, str(r.examples), r.status, f"{r.seconds:.2f}s") for r in rows]
+    cells = [(r.id, r.title, r.device, _examples(r), r.status, f"{r.seconds:.2f}s") for r in rows]
     widths = [max([len(header[i])] + [len(c[i]) for c in cells]) for i in range(6)]
     others = sum(widths) - widths[1] + 2 * 5
     widths[1] = max(16, min(widths[1], TITLE_WIDTH, width - others))
@@ -258,3 +258,8 @@ def render_list(properties: Sequence[Any], *, colour: bool, width: int | None = 
     console = rich.console.Console(file=out, force_terminal=colour, no_color=not colour, width=width, highlight=False)
     console.print(table)
     return _strip(out.getvalue())
+
+
+def _examples(r: PropertyResult) -> str:
+    """The examples run, and of them those the target's server refuses (discarded, outside the domain)."""
+    return f"{r.examples} ({r.refused} refused by the server)" if r.refused else str(r.examples)

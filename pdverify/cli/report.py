@@ -27,6 +27,9 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
+    refused: int = 0
+    """Of ``examples``, those whose configuration the target's server refuses to start with (its own validation):
+    discarded, outside the release's domain."""
     findings: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per finding recorded for this property on the target's release: examples inside its signature
     (``matched``) and those whose failure it explains (``reproduced``; set aside, the search went on)."""

@@ -34,6 +34,11 @@ class ExampleTimeout(BaseException):
 
 class _Counter(threading.local):
     examples: int = 0
+    refused: int = 0
+    """Examples whose configuration the target's server refuses (``targets.ServerRefuses``): discarded, not
+    verdicts; counted within ``examples``."""
+    refusal: str = ""
+    """The server's reason for the last refused example."""
     first_failure: int | None = None
     last_kwargs: dict[str, Any] | None = None
     """The arguments of the last failing example."""
@@ -97,7 +102,8 @@ def _known_defects(property_id: str, kwargs: dict[str, Any]) -> list[Any]:
 
 
 def reset_examples() -> None:
-    EXAMPLES.examples = 0
+    EXAMPLES.examples = EXAMPLES.refused = 0
+    EXAMPLES.refusal = ""
     EXAMPLES.first_failure = None
     EXAMPLES.last_kwargs = None
     EXAMPLES.inputs = hashlib.blake2b(digest_size=8)

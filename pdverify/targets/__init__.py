@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 
 from pdverify.targets.builtin import BUILTIN
-from pdverify.targets.protocol import FUNCTIONS, NotApplicable, Target, TargetError
+from pdverify.targets.protocol import FUNCTIONS, NotApplicable, ServerRefuses, Target, TargetError
 
-__all__ = ["BUILTIN", "FUNCTIONS", "NotApplicable", "Target", "TargetError", "load_target"]
+__all__ = ["BUILTIN", "FUNCTIONS", "NotApplicable", "ServerRefuses", "Target", "TargetError", "load_target"]
 
 
 def load_target(spec: str | Target) -> Target:

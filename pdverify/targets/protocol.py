@@ -166,6 +166,12 @@ class TargetError(Exception):
     """A target cannot be loaded or is malformed; the message names the target (and the function)."""
 
 
+class ServerRefuses(Exception):
+    """A unit's input is a configuration the target's server would refuse to start with, by the release's own
+    validation (the message quotes it): the input is outside the release's domain, never a verdict on it. Properties
+    see it as a discarded example (``pdverify.plugin``), counted in the run's events."""
+
+
 @dataclass(frozen=True, repr=False)
 class Target:
     """The functions under test of one implementation.

@@ -29,6 +29,7 @@ import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
+from pdverify.targets.protocol import ServerRefuses
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
@@ -575,6 +576,35 @@ def _lora_manager() -> Any:  # pragma: no cover - conformance venv
     return importlib.import_module("sglang.srt.lora.lora_manager").LoRAManager
 
 
+def host_destination_refusal() -> str | None:  # pragma: no cover - conformance venv
+    """Why the release's decode server refuses ``--disaggregation-decode-host-receive-threshold`` < 1, or None where
+    it accepts it: ``DecodePreallocQueue._init_kv_manager`` raises "Transfer backend does not support decode host KV
+    destinations" unless the transfer backend's KV manager sets ``supports_host_destination``. Each backend of
+    ``TransferBackend`` is asked (its manager class, as ``get_kv_class`` gives it; a backend whose module needs a
+    library not installed here, by whether its source sets the flag at all)."""
+    import pathlib
+
+    from sglang.srt.disaggregation import utils
+
+    asked = []
+    for backend in utils.TransferBackend:
+        try:
+            manager = utils.get_kv_class(backend, utils.KVClassType.MANAGER)
+        except ImportError:
+            source = pathlib.Path(utils.__file__).parent / backend.value / "conn.py"
+            if not source.exists() or "supports_host_destination" in source.read_text():
+                return None  # cannot be told here: taken as accepting
+            asked.append(backend.value)
+            continue
+        if manager is None or getattr(manager, "supports_host_destination", False):
+            return None
+        asked.append(backend.value)
+    return (
+        "--disaggregation-decode-host-receive-threshold < 1: decode's _init_kv_manager raises 'Transfer backend does "
+        f"not support decode host KV destinations' for every transfer backend of the release ({', '.join(asked)})"
+    )
+
+
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
     """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off or on.
 
@@ -594,6 +624,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
+    if case.host_threshold < 1 and (refusal := host_destination_refusal()) is not None:
+        raise ServerRefuses(refusal)
     LoRAManager = _lora_manager()
     ps = case.page_size
     kvcache: Any = SimpleNamespace(page_size=ps)
