@@ -107,3 +107,16 @@ def test_branches_not_taken_are_explained_or_listed(tmp_path: Path, monkeypatch:
     entries_file.write_text(json.dumps({"entries": [{"function": "admit", "branch": "x", "kind": "maybe"}]}))
     with pytest.raises(ValueError, match="entry 0 needs function, branch, reason"):
         load_unreached(entries_file)
+
+
+def test_a_branch_only_a_refused_configuration_takes_is_out_of_the_reachable_total(tmp_path: Path) -> None:
+    from pdverify.cli.coverage import REFUSED, FunctionCoverage, Unreached, load_unreached, markdown
+
+    entries_file = tmp_path / "u.json"
+    entries_file.write_text(json.dumps({"entries": [
+        {"function": "admit", "branch": "if host", "kind": REFUSED, "reason": "no backend takes host KV"},
+    ]}))  # fmt: skip
+    assert load_unreached(entries_file)[0]["kind"] == REFUSED
+    got = [Unreached("covmod:admit", 3, 4, "if host:", REFUSED, "no backend takes host KV")]
+    text = markdown([FunctionCoverage("covmod:admit", 6, 4, 4, 1, unreachable=1)], "t", got)
+    assert "| 1/3 (33%) |" in text and "1 refused by the server" in text and "0 unexplained" in text, text
