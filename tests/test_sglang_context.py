@@ -14,9 +14,10 @@ decode = pytest.importorskip("sglang.srt.disaggregation.decode", reason="needs S
 
 
 def test_the_decode_flags_are_sglangs_own_configuration() -> None:
-    from pdverify.targets.sglang_decode import _decode_context, _disagg, _published
+    from pdverify.targets.sglang_context import context
+    from pdverify.targets.sglang_decode import _disagg, _published
 
-    if _decode_context() is None:
+    if context("decode") is None:
         pytest.skip("this release publishes no runtime context (before 0.5.22): the flags are patched in")
     flags = _disagg(radix=True)
     flags.disaggregation_decode_allocation_policy = "prefill_complete"

@@ -30,6 +30,7 @@ import torch
 from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.protocol import ServerRefuses
+from pdverify.targets.sglang_context import published
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 
 
@@ -272,48 +273,23 @@ def _published(decode: Any, server_args: Any) -> contextlib.ExitStack:
     """The server's configuration for the call, as ``pop_preallocated`` reads it (``_disagg``'s leaves).
 
     Where the release publishes its configuration through a runtime context (``create_context``, 0.5.22 on): the
-    context SGLang's own ``ServerArgs`` make for a decode scheduler (``_decode_context``: every leaf at the server's
-    default), with the case's leaves set through the bags' own ``override`` - which refuses a leaf the release does
-    not have. Before: ``decode.get_disagg`` and ``decode.get_memory`` patched to return ``server_args`` where the
-    release reads its flags through them (``get_disagg`` from 0.5.17, ``get_memory`` from 0.5.19; earlier releases
-    read ``scheduler.server_args``, which the drivers set too)."""
+    context SGLang's own ``ServerArgs`` make for a decode scheduler (every leaf at the server's default), with the
+    case's leaves set through the bags' own ``override`` - which refuses a leaf the release does not have. Before:
+    ``decode.get_disagg`` and ``decode.get_memory`` patched to return ``server_args`` where the release reads its
+    flags through them (``get_disagg`` from 0.5.17, ``get_memory`` from 0.5.19; earlier releases read
+    ``scheduler.server_args``, which the drivers set too). See ``sglang_context``."""
+    leaves = ("disaggregation_decode_host_receive_threshold", "disaggregation_decode_enable_radix_cache",
+              "disaggregation_decode_allocation_policy")  # fmt: skip
+    if hasattr(decode, "get_disagg"):
+        own = published("decode", {"get_disagg": {k: getattr(server_args, k) for k in leaves},
+                                   "get_memory": {"disable_radix_cache": server_args.disable_radix_cache}})  # fmt: skip
+        if own is not None:
+            return own
     stack = contextlib.ExitStack()
-    context = _decode_context() if hasattr(decode, "get_disagg") else None
-    if context is not None:
-        runtime, ctx = context
-        stack.enter_context(runtime.use_context(ctx))
-        leaves = ("disaggregation_decode_host_receive_threshold", "disaggregation_decode_enable_radix_cache",
-                  "disaggregation_decode_allocation_policy")  # fmt: skip
-        stack.enter_context(runtime.get_disagg().override(**{k: getattr(server_args, k) for k in leaves}))
-        stack.enter_context(runtime.get_memory().override(disable_radix_cache=server_args.disable_radix_cache))
-        return stack
     for getter in ("get_disagg", "get_memory"):
         if hasattr(decode, getter):
             stack.enter_context(mock.patch.object(decode, getter, lambda: server_args))
     return stack
-
-
-_CONTEXT: list[Any] = []
-
-
-def _decode_context() -> tuple[Any, Any] | None:  # pragma: no cover - conformance venv
-    """(``sglang.srt.runtime_context``, a decode scheduler's context from ``ServerArgs(model_path="dummy",
-    device="cpu", disaggregation_mode="decode")``), built once per process; None where the release has no
-    ``create_context``."""
-    if not _CONTEXT:
-        try:
-            from sglang.srt import runtime_context as runtime
-            from sglang.srt.server_args import ServerArgs
-        except ImportError:
-            _CONTEXT.append(None)
-        else:
-            if not hasattr(runtime, "create_context"):
-                _CONTEXT.append(None)
-            else:
-                server_args: Any = ServerArgs  # its fields are declared by groups, which mypy does not see
-                args = server_args(model_path="dummy", device="cpu", disaggregation_mode="decode")
-                _CONTEXT.append((runtime, runtime.create_context(args, role="scheduler")))
-    return cast("tuple[Any, Any] | None", _CONTEXT[0])
 
 
 def _kv(req: Any) -> Any:
