@@ -228,7 +228,8 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     1, at most one output token (a request as prefill hands it over) and no HiCache host hit (SGLang serves a hybrid
     SWA model's decode radix cache from the device only), one full pool or a hybrid SWA pool with SWA tail
     pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
-    held by the cache (evictable), down to none free; DeepSeek-V4's request state (in one of the pool layouts SGLang
+    held by the cache (evictable: cached sequences of 1-4 pages, each a leaf evicted whole), down to none free;
+    DeepSeek-V4's request state (in one of the pool layouts SGLang
     builds, ``REQUEST_STATE_LAYOUTS``) or not."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -291,7 +292,11 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     # memory pressure: part of the pool cached
     if swa_pool and d and case.swa_free_pages is None and c.boolean(lean=True):
         short = c.integer(1, len(free))
-        case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]))
+        leaves: list[int] = []  # the cached sequences those pages belong to: a leaf of 1-4 pages, evicted whole
+        while sum(leaves) < short:
+            leaves.append(min(c.integer(1, 4), short - sum(leaves)))
+        case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]),
+                       evictable_leaves=tuple(leaves) if any(n > 1 for n in leaves) else ())  # fmt: skip
     # DeepSeek-V4's request-scoped state (decode only: prefill's port has none); with a decode prefix only where the
     # release's server accepts the decode radix cache for DeepSeek-V4 (0.5.23, on its unified KV layout)
     dsv4_ok = not d or DOMAIN.has("dsv4_decode_prefix")

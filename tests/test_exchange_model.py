@@ -85,6 +85,11 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (decode, {"evictable_pages": (1,), "decode_prefix": 4, "l1_row": (20, 21, 22, 23)}, "neither free nor the"),
         (decode, {"evictable_pages": (5,), "decode_prefix": 4, "l1_row": (20, 21, 22, 23)}, "neither free nor the"),
         (decode, {"evictable_pages": (9,)}, "evictable_pages need the radix cache"),
+        (
+            decode,
+            {"evictable_pages": (7, 9), "evictable_leaves": (1, 2), "decode_prefix": 4, "l1_row": (20, 21, 22, 23)},
+            "evictable_leaves=(1, 2) must be page counts >= 1 summing to the 2 evictable pages",
+        ),
         (decode, {"swa_free_pages": ()}, "swa_free_pages hold fewer than the 4 tail tokens"),
         (
             decode,

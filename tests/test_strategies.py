@@ -189,3 +189,17 @@ def test_checksum_cases_keep_to_their_pools() -> None:
     with pytest.raises(NoSuchExample):
         find(checksum_cases(kv_pools=("dsa",)), lambda c: c.kv_pool != "dsa" or c.page_size != 64,
              settings=settings(max_examples=200, database=None))  # fmt: skip
+
+
+def test_decode_cases_reach_a_shortfall_ending_inside_a_cached_sequence() -> None:
+    """D3's whole-leaf eviction is drawn: the pages the request lacks end inside a cached sequence of several pages
+    (the tree then frees more than the shortfall); a strategy that drew one-page leaves only hides XD12."""
+    from pdverify.strategies import decode_cases
+
+    def inside(c: Any) -> bool:
+        short = -(-c.fill_len // c.page_size) - c.l1_prefix // c.page_size - len(c.free_pages)
+        ends = [sum(c.evictable_leaves[: k + 1]) for k in range(len(c.evictable_leaves))]
+        leaves = zip(ends, c.evictable_leaves, strict=True)
+        return c.decode_prefix > 0 and short > 0 and any(e > short > e - n for e, n in leaves)
+
+    find(decode_cases(), inside, settings=settings(max_examples=3000, database=None))

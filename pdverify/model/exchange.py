@@ -385,6 +385,9 @@ class DecodeCase:
     evictable_pages: tuple[int, ...] = ()
     """Pages the decode radix cache holds unlocked, in its eviction order: with the cache on (``D > 0``) and the free
     list short of the request's pages for ``[L1, fill_len)``, pre-allocation evicts the shortfall first."""
+    evictable_leaves: tuple[int, ...] = ()
+    """How ``evictable_pages`` are cached: the pages of each cached sequence (a leaf of the tree), least recently used
+    first, summing to ``len(evictable_pages)``; the tree evicts a leaf whole. Empty: one page each."""
     swa_free_pages: tuple[int, ...] | None = None
     """A hybrid SWA pool (full and sliding-window buffers) with SWA tail pre-allocation: decode takes full pages
     for ``[D, fill_len)`` and SWA pages (handed out in this order) only for the window's tail, and its SWA state
@@ -448,6 +451,14 @@ class DecodeCase:
                 raise ValueError("evictable_pages must be distinct pages >= 1, neither free nor the locked L1 prefix's")
             if self.decode_prefix == 0 or self.swa_free_pages is not None:
                 raise ValueError("evictable_pages need the radix cache (decode_prefix > 0) and one full pool")
+        leaves = self.evictable_leaves
+        if leaves and (
+            any(not isinstance(n, int) or n < 1 for n in leaves) or sum(leaves) != len(self.evictable_pages)
+        ):
+            raise ValueError(
+                f"evictable_leaves={leaves} must be page counts >= 1 summing to the {len(self.evictable_pages)} "
+                "evictable pages"
+            )
         if self.swa_free_pages is not None:
             pages = self.swa_free_pages
             if self.page_size == 1:
@@ -486,6 +497,14 @@ class DecodeCase:
     @property
     def l1_prefix(self) -> int:
         return len(self.l1_row)
+
+    @property
+    def cached_leaves(self) -> list[tuple[int, ...]]:
+        """``evictable_pages`` as the tree's leaves (``evictable_leaves``; one page each when it is empty), least
+        recently used first."""
+        sizes = self.evictable_leaves or (1,) * len(self.evictable_pages)
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
+        return [self.evictable_pages[start : start + n] for start, n in zip(starts, sizes, strict=True)]
 
     @property
     def fill_len(self) -> int:

@@ -681,6 +681,23 @@ def evict_always(case: DecodeCase, device: str) -> DecodeTrace:
         return decode_port.decode_prealloc(case, device)
 
 
+@mutant(
+    "XD12", "decode_prealloc", "wrong granularity", "the radix cache evicts page by page, splitting a cached sequence"
+)
+def evict_by_page(case: DecodeCase, device: str) -> DecodeTrace:
+    def evict(c: DecodeCase, free: list[int]) -> list[int]:
+        ps = c.page_size
+        short = -(-c.fill_len // ps) - c.l1_prefix // ps - len(free)
+        if c.decode_prefix == 0 or short <= 0:
+            return []
+        evicted = list(c.evictable_pages[:short])
+        free[:0] = sorted(evicted)
+        return evicted
+
+    with mock.patch.object(decode_port, "evict", evict):
+        return decode_port.decode_prealloc(case, device)
+
+
 @mutant("XB07", "prefill_exchange", "wrong exit", "a dummy decode rank ends the DCP pack-limit lookup (no limit)")
 def dummy_peer_hides_limit(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, dcp_max_tokens=None) if case.dummy_peer else case, device)

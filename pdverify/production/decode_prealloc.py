@@ -92,13 +92,18 @@ def state_lists(case: DecodeCase, table: torch.Tensor, swa: dict[int, int] | Non
 
 
 def evict(case: DecodeCase, free: list[int]) -> list[int]:
-    """``_pre_alloc``'s eviction with the radix cache on: the pages for ``[L1, fill_len)`` the free list lacks,
-    evicted in the cache's order; the allocator takes freed pages first (ascending), then its free list."""
+    """``_pre_alloc``'s eviction with the radix cache on: the pages for ``[L1, fill_len)`` the free list lacks, freed
+    by evicting the cache's least recently used leaves, each whole, until they cover the shortfall; the allocator
+    takes freed pages first (ascending), then its free list."""
     ps = case.page_size
     short = -(-case.fill_len // ps) - case.l1_prefix // ps - len(free)
     if case.decode_prefix == 0 or short <= 0:
         return []
-    evicted = list(case.evictable_pages[:short])
+    evicted: list[int] = []
+    for leaf in case.cached_leaves:
+        if len(evicted) >= short:
+            break
+        evicted += leaf
     free[:0] = sorted(evicted)
     return evicted
 

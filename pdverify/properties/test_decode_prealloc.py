@@ -202,11 +202,19 @@ def test_d2_request_state(target: Target, device: str, case: DecodeCase) -> None
     )
 
 
-@examples("case", [replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7))])
+@examples(
+    "case",
+    [
+        replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7)),
+        # cached sequences of 3, 1 and 2 pages: two pages short evicts the first sequence whole
+        replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7), evictable_leaves=(3, 1, 2)),
+    ],
+)
 @prop(
     "D3",
-    "memory pressure with the radix cache: pre-allocation evicts from the cache exactly the pages the request lacks "
-    "for [L1, fill_len) beyond the free list, none when the free list suffices (and D1 holds for what it registers)",
+    "memory pressure with the radix cache: pre-allocation evicts the cache's least recently used cached sequences, "
+    "each whole, until they cover the pages the request lacks for [L1, fill_len) beyond the free list - the fewest "
+    "that do - and nothing when the free list suffices (and D1 holds for what it registers)",
     needs=NEEDS,
     case=decode_cases(),
     contract=DECODE_PREFIXES,  # the decode radix cache came with decode prefixes: no cache to evict from before
@@ -216,11 +224,17 @@ def test_d3_evicts_the_shortfall(target: Target, device: str, case: DecodeCase) 
     trace: DecodeTrace = target.require("decode_prealloc")(case, device)
     ps = case.page_size
     short = -(-case.fill_len // ps) - case.l1_prefix // ps - len(case.free_pages)
-    want = max(short, 0) if case.decode_prefix else 0
+    want: list[int] = []
+    sizes = list(case.evictable_leaves or [1] * len(case.evictable_pages))
+    pages = list(case.evictable_pages)
+    while case.decode_prefix and len(want) < short and pages:  # whole leaves, least recently used first
+        n = sizes.pop(0)
+        want, pages = want + pages[:n], pages[n:]
     if want:
-        note_event("radix eviction")
-    assert len(trace.evicted) == want, (
-        f"evicted {list(trace.evicted)} ({len(trace.evicted)} pages), the request lacks {want} (free "
-        f"{len(case.free_pages)} pages for [{case.l1_prefix}, {case.fill_len}) at page size {ps})"
+        note_event("radix eviction" + (" of a multi-page sequence" if len(want) > short else ""))
+    assert sorted(trace.evicted) == sorted(want), (
+        f"evicted {list(trace.evicted)} ({len(trace.evicted)} pages), the request lacks {max(short, 0)} (free "
+        f"{len(case.free_pages)} pages for [{case.l1_prefix}, {case.fill_len}) at page size {ps}): expected the "
+        f"leading cached sequences {want}, whole"
     )
     assert set(trace.evicted) <= set(case.evictable_pages), f"evicted {trace.evicted}, not evictable pages"

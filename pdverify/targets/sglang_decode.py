@@ -404,8 +404,12 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
+    real_tree = _real_tree(decode, case)
+
     class Queue(_queue_base()):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
+            if real_tree is not None:  # the release's own match, on SGLang's tree
+                return decode.DecodePreallocQueue._match_prefix_and_lock(self, req)
             return _prefix_match(l1, case.decode_prefix - case.l1_prefix)
 
         def _swa_aware_allocatable_token_budgets(self, **kw: Any) -> tuple[int, int]:
@@ -421,22 +425,28 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         sliding_window_size=case.window,
         tp_worker=SimpleNamespace(is_hybrid_swa=case.swa_free_pages is not None),
     )
-    q.tree_cache.release_swa = lambda lock: None
     evicted: list[int] = []
-    evictable = list(case.evictable_pages)
+    leaves = [list(leaf) for leaf in case.cached_leaves]
+    if real_tree is not None:
+        q.tree_cache = real_tree(req_pool, allocator, evicted)
+    else:
+        q.tree_cache.release_swa = lambda lock: None
 
-    def evict_for_alloc(params: Any) -> Any:
-        """The radix cache's eviction (a stand-in): its unlocked pages in order, freed to the allocator."""
-        count = min(-(-params.num_tokens // ps), len(evictable))
-        pages = [evictable.pop(0) for _ in range(count)]
-        evicted.extend(pages)
-        if pages:
-            allocator.free(torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int64))
-        return SimpleNamespace(num_tokens_evicted=count * ps)
+        def evict_for_alloc(params: Any) -> Any:
+            """The radix cache's eviction (a stand-in): its least recently used leaves, each whole, until they cover
+            the tokens asked for, freed to the allocator."""
+            pages: list[int] = []
+            while len(pages) * ps < params.num_tokens and leaves:
+                pages += leaves.pop(0)
+            count = len(pages)
+            evicted.extend(pages)
+            if pages:
+                allocator.free(torch.tensor([p * ps + o for p in pages for o in range(ps)], dtype=torch.int64))
+            return SimpleNamespace(num_tokens_evicted=count * ps)
 
-    q.tree_cache.evict_for_alloc = q.tree_cache.evict = evict_for_alloc  # evict: 0.5.18's name
-    q.tree_cache.evictable_size = lambda: len(evictable) * ps
-    q.tree_cache.protected_size = lambda: 0
+        q.tree_cache.evict_for_alloc = q.tree_cache.evict = evict_for_alloc  # evict: 0.5.18's name
+        q.tree_cache.evictable_size = lambda: sum(map(len, leaves)) * ps
+        q.tree_cache.protected_size = lambda: 0
     # the one buffer left is the case's, whatever the buffers before it hold
     q.req_to_metadata_buffer_idx_allocator = metadata_allocator(case.aux_index, free=True)
     q.req_to_token_pool = req_pool
@@ -444,10 +454,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.token_to_kv_pool = kvcache
     state_types = [_state_type(k) for k in case.state_types] if lists else []  # before the lists: the pool's type
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
-    req = _request("r0", case.length, case.output_len)
+    req = _request("r0", case.length, case.output_len) if real_tree is None else _real_request(case)
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
-    req.kv.set_evicted_seqlen = lambda component, seqlen: None
+    if real_tree is None:  # SGLang's own Req records it
+        req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
@@ -481,6 +492,82 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         row=int_tuple(row[: case.length]),
         cache_protected_len=int(book.cache_protected_len),
     )
+
+
+PROMPT_TOKEN = 1000
+"""The first token id of a pre-allocation case's prompt (token ``i`` is ``PROMPT_TOKEN + i``: the tree matches the
+request's prefix by them)."""
+CACHED_TOKEN = 500_000
+"""The first token id of the other sequences the decode radix cache holds (one per cached leaf)."""
+
+
+def _real_tree(decode: Any, case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
+    """Where SGLang's own decode radix cache answers a pre-allocation case - the release matches through
+    ``match_kv_cache`` and locks through ``tree_cache.lock`` (0.5.22 on), one full pool, the prefix all on the device
+    (a HiCache host hit needs the host pool's CUDA copies, which do not run here) - a builder of that tree
+    (``UnifiedRadixCache``, full component, over the case's request pool and allocator): the request's L1 prefix
+    inserted at ``l1_row``, then each cached sequence (``cached_leaves``) as a leaf of its own, in the case's eviction
+    order (least recently used first). ``evicted`` collects the pages its ``evict_for_alloc`` frees, in the order freed.
+    None elsewhere: the stand-in tree answers."""
+    if not (hasattr(decode, "match_kv_cache") and case.decode_prefix and case.swa_free_pages is None):
+        return None
+    if case.decode_prefix != case.l1_prefix:
+        return None
+    from array import array
+
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    ps = case.page_size
+
+    def build(req_pool: Any, allocator: Any, evicted: list[int]) -> Any:
+        tree = UnifiedRadixCache(CacheInitParams(disable=False, req_to_token_pool=req_pool,
+                                                 token_to_kv_pool_allocator=allocator, page_size=ps,
+                                                 tree_components=(ComponentType.FULL,)))  # fmt: skip
+
+        def insert(tokens: list[int], slots: list[int]) -> None:
+            key = RadixKey(token_ids=array("q", tokens), extra_key=None)
+            tree.insert(InsertParams(key=key, value=torch.tensor(slots, dtype=torch.int64)))
+
+        insert([PROMPT_TOKEN + i for i in range(case.l1_prefix)], list(case.l1_row))
+        for k, leaf in enumerate(case.cached_leaves):  # each a sequence of its own: one leaf under the root
+            tokens = [CACHED_TOKEN + k * 4096 + j for j in range(len(leaf) * ps)]
+            insert(tokens, [page * ps + o for page in leaf for o in range(ps)])
+        own_evict = tree.evict_for_alloc
+
+        def free_pages() -> list[int]:
+            """The allocator's free pages, in the order it hands them out (its release list after its free list)."""
+            lists = [getattr(allocator, name, None) for name in ("free_pages", "release_pages")]
+            return [int(p) for pages in lists if pages is not None for p in pages.tolist()]
+
+        def evict_for_alloc(params: Any) -> Any:
+            before = set(free_pages())
+            result = own_evict(params)
+            evicted.extend(p for p in free_pages() if p not in before)  # in the order the tree freed them
+            return result
+
+        tree.evict_for_alloc = evict_for_alloc
+        return tree
+
+    return build
+
+
+def _real_request(case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
+    """SGLang's own ``Req`` for a pre-allocation case: prompt tokens ``PROMPT_TOKEN + i`` (an int64 array, as the
+    tokenizer hands them over), ``output_len`` outputs."""
+    from array import array
+
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    prompt = array("q", [PROMPT_TOKEN + i for i in range(case.length)])  # the tree's keys are int64 arrays
+    req = Req("r0", "", prompt, SamplingParams(max_new_tokens=8),
+              bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
+    req.output_ids.extend([0] * case.output_len)
+    return req
 
 
 def _request_rows(decode: Any, width: int, rows: int = 2, pre_alloc: int = 2) -> Any:

@@ -1,0 +1,82 @@
+"""The pre-allocation driver runs SGLang's own decode radix cache where the release matches through
+``match_kv_cache`` (0.5.22 on; one full pool, the prefix on the device): ``UnifiedRadixCache`` holds the request's
+prefix and the evictable sequences, ``pop_preallocated`` matches and locks through it, and its ``evict_for_alloc``
+frees what the request lacks. D3 and D4 see a tree planted to evict a page too many, or to lock nothing.
+
+Runs in the conformance environment (``.venv-sglang``, SGLang 0.5.23 or a release on ``PYTHONPATH``); skipped
+where SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from unittest import mock
+
+import pytest
+
+radix = pytest.importorskip("sglang.srt.mem_cache.unified_radix_cache", reason="needs SGLang (the conformance env)")
+
+
+def _run(property_id: str, case: Any) -> None:
+    from pdverify.properties.releases import bind_release
+    from pdverify.runner import load_properties
+    from pdverify.targets import load_target
+
+    target = load_target("sglang")
+    bind_release(target.release)
+    test: Any = load_properties()[property_id].test
+    test.hypothesis.inner_test(target=target, device="cpu", case=case)  # the property's body, once
+
+
+def _pressure() -> Any:
+    """D3's explicit example: two free pages, six evictable one-page sequences, the request two pages short."""
+    from pdverify.properties.test_decode_prealloc import EXAMPLES
+
+    return replace(EXAMPLES[3], free_pages=(11, 62), evictable_pages=(38, 61, 48, 33, 50, 7))
+
+
+def test_the_tree_is_sglangs_own_and_evicts_the_shortfall() -> None:
+    from sglang.srt.disaggregation import decode
+
+    from pdverify.targets.sglang_decode import _real_tree
+
+    case = _pressure()
+    if _real_tree(decode, case) is None:
+        pytest.skip("this release matches through the stand-in tree (before 0.5.22)")
+    calls: list[int] = []
+    own = radix.UnifiedRadixCache.evict_for_alloc
+
+    def counted(self: Any, params: Any) -> Any:
+        calls.append(params.num_tokens)
+        return own(self, params)
+
+    with mock.patch.object(radix.UnifiedRadixCache, "evict_for_alloc", counted):
+        _run("D3", case)
+    assert calls, "SGLang's tree was not asked to evict"
+
+
+def test_a_tree_evicting_a_page_too_many_or_locking_nothing_is_seen() -> None:
+    from sglang.srt.disaggregation import decode
+
+    from pdverify.targets.sglang_decode import _real_tree
+
+    case = _pressure()
+    if _real_tree(decode, case) is None:
+        pytest.skip("this release matches through the stand-in tree (before 0.5.22)")
+    own = radix.UnifiedRadixCache.evict_for_alloc
+
+    def greedy(self: Any, params: Any) -> Any:
+        return own(self, replace(params, num_tokens=params.num_tokens + case.page_size))
+
+    with (
+        mock.patch.object(radix.UnifiedRadixCache, "evict_for_alloc", greedy),
+        pytest.raises(AssertionError, match=r"\(3 pages\), the request lacks 2"),
+    ):
+        _run("D3", case)
+    # the prefix left unlocked: under pressure the tree's LRU eviction takes the request's own cached prefix
+    with (
+        mock.patch.object(radix.UnifiedRadixCache, "lock", lambda self, node: None),
+        pytest.raises(AssertionError, match=r"evicted \[40, 41, 38\]"),  # the prefix (l1_row) and one more
+    ):
+        _run("D3", replace(case, evictable_pages=(38,)))
