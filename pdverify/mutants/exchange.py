@@ -649,21 +649,32 @@ def request_state_row_unscaled(case: DecodeCase, device: str) -> DecodeTrace:
         return decode_port.decode_prealloc(case, device)
 
 
-@mutant(
-    "XD08", "decode_prealloc", "over-eviction", "memory pressure evicts the request's whole need, not the shortfall"
-)
-def evict_whole_need(case: DecodeCase, device: str) -> DecodeTrace:
+def _evict_pages(case: DecodeCase, device: str, count: Callable[[DecodeCase, int], int]) -> DecodeTrace:
+    """The port with eviction page by page: ``count(case, free pages)`` leading evictable pages, whatever sequences
+    they belong to (none when the radix cache is off or the count is not positive)."""
+
     def evict(c: DecodeCase, free: list[int]) -> list[int]:
-        ps = c.page_size
-        need = -(-c.fill_len // ps) - c.l1_prefix // ps
-        if c.decode_prefix == 0 or need <= len(free):
+        n = count(c, len(free))
+        if c.decode_prefix == 0 or n <= 0:
             return []
-        evicted = list(c.evictable_pages[:need])
+        evicted = list(c.evictable_pages[:n])
         free[:0] = sorted(evicted)
         return evicted
 
     with mock.patch.object(decode_port, "evict", evict):
         return decode_port.decode_prealloc(case, device)
+
+
+def _need(c: DecodeCase) -> int:
+    """The pages the request needs for ``[L1, fill_len)``."""
+    return -(-c.fill_len // c.page_size) - c.l1_prefix // c.page_size
+
+
+@mutant(
+    "XD08", "decode_prealloc", "over-eviction", "memory pressure evicts the request's whole need, not the shortfall"
+)
+def evict_whole_need(case: DecodeCase, device: str) -> DecodeTrace:
+    return _evict_pages(case, device, lambda c, free: _need(c) if _need(c) > free else 0)
 
 
 @mutant("XD09", "decode_prealloc", "wrong condition", "the radix cache is evicted by a page whenever it holds one")
@@ -685,17 +696,7 @@ def evict_always(case: DecodeCase, device: str) -> DecodeTrace:
     "XD12", "decode_prealloc", "wrong granularity", "the radix cache evicts page by page, splitting a cached sequence"
 )
 def evict_by_page(case: DecodeCase, device: str) -> DecodeTrace:
-    def evict(c: DecodeCase, free: list[int]) -> list[int]:
-        ps = c.page_size
-        short = -(-c.fill_len // ps) - c.l1_prefix // ps - len(free)
-        if c.decode_prefix == 0 or short <= 0:
-            return []
-        evicted = list(c.evictable_pages[:short])
-        free[:0] = sorted(evicted)
-        return evicted
-
-    with mock.patch.object(decode_port, "evict", evict):
-        return decode_port.decode_prealloc(case, device)
+    return _evict_pages(case, device, lambda c, free: _need(c) - free)
 
 
 @mutant("XB07", "prefill_exchange", "wrong exit", "a dummy decode rank ends the DCP pack-limit lookup (no limit)")
