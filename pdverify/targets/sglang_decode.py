@@ -677,9 +677,10 @@ def _lora_manager() -> Any:  # pragma: no cover - conformance venv
 
 
 def host_destination_refusal() -> str | None:  # pragma: no cover - conformance venv
-    """Why the release's decode server refuses ``--disaggregation-decode-host-receive-threshold`` < 1, or None where
-    it accepts it: ``DecodePreallocQueue._init_kv_manager`` raises "Transfer backend does not support decode host KV
-    destinations" unless the transfer backend's KV manager sets ``supports_host_destination``. Each backend of
+    """Why the release's decode server refuses to receive KV into host memory (``--disaggregation-decode-host-receive-
+    threshold`` below 1; above 0 on 0.5.21, which reads it the other way), or None where it accepts it:
+    ``DecodePreallocQueue._init_kv_manager`` raises "Transfer backend does not support decode host KV destinations"
+    unless the transfer backend's KV manager sets ``supports_host_destination``. Each backend of
     ``TransferBackend`` is asked (its manager class, as ``get_kv_class`` gives it; a backend whose module needs a
     library not installed here, by whether its source sets the flag at all)."""
     import pathlib
@@ -700,8 +701,9 @@ def host_destination_refusal() -> str | None:  # pragma: no cover - conformance 
             return None
         asked.append(backend.value)
     return (
-        "--disaggregation-decode-host-receive-threshold < 1: decode's _init_kv_manager raises 'Transfer backend does "
-        f"not support decode host KV destinations' for every transfer backend of the release ({', '.join(asked)})"
+        "decode host receive on (--disaggregation-decode-host-receive-threshold below 1; above 0 on 0.5.21): decode's "
+        "_init_kv_manager raises 'Transfer backend does not support decode host KV destinations' for every transfer "
+        f"backend of the release ({', '.join(asked)})"
     )
 
 
