@@ -16,6 +16,7 @@ pending). ``decode.get_disagg`` is patched for the call only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import types
@@ -404,11 +405,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     l1 = torch.tensor(case.l1_row, dtype=torch.int64)
 
-    real_tree = _real_tree(decode, case)
+    real_tree = _real_tree_answers(decode, case)
 
     class Queue(_queue_base()):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
-            if real_tree is not None:  # the release's own match, on SGLang's tree
+            if real_tree:  # the release's own match, on SGLang's tree
                 return decode.DecodePreallocQueue._match_prefix_and_lock(self, req)
             return _prefix_match(l1, case.decode_prefix - case.l1_prefix)
 
@@ -427,8 +428,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     )
     evicted: list[int] = []
     leaves = [list(leaf) for leaf in case.cached_leaves]
-    if real_tree is not None:
-        q.tree_cache = real_tree(req_pool, allocator, evicted)
+    if real_tree:
+        q.tree_cache = _real_tree(case, req_pool, allocator, evicted)
     else:
         q.tree_cache.release_swa = lambda lock: None
 
@@ -454,10 +455,10 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.token_to_kv_pool = kvcache
     state_types = [_state_type(k) for k in case.state_types] if lists else []  # before the lists: the pool's type
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
-    req = _request("r0", case.length, case.output_len) if real_tree is None else _real_request(case)
+    req = _real_request(case) if real_tree else _request("r0", case.length, case.output_len)
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
-    if real_tree is None:  # SGLang's own Req records it
+    if not real_tree:  # SGLang's own Req records it
         req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
@@ -501,18 +502,24 @@ CACHED_TOKEN = 500_000
 """The first token id of the other sequences the decode radix cache holds (one per cached leaf)."""
 
 
-def _real_tree(decode: Any, case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
-    """Where SGLang's own decode radix cache answers a pre-allocation case - the release matches through
-    ``match_kv_cache`` and locks through ``tree_cache.lock`` (0.5.22 on), one full pool, the prefix all on the device
-    (a HiCache host hit needs the host pool's CUDA copies, which do not run here) - a builder of that tree
-    (``UnifiedRadixCache``, full component, over the case's request pool and allocator): the request's L1 prefix
-    inserted at ``l1_row``, then each cached sequence (``cached_leaves``) as a leaf of its own, in the case's eviction
-    order (least recently used first). ``evicted`` collects the pages its ``evict_for_alloc`` frees, in the order freed.
-    None elsewhere: the stand-in tree answers."""
-    if not (hasattr(decode, "match_kv_cache") and case.decode_prefix and case.swa_free_pages is None):
-        return None
-    if case.decode_prefix != case.l1_prefix:
-        return None
+def _real_tree_answers(decode: Any, case: DecodeCase) -> bool:  # pragma: no cover - conformance venv
+    """Whether SGLang's own decode radix cache answers a pre-allocation case (``_real_tree``): the release matches
+    through ``match_kv_cache`` and locks through ``tree_cache.lock`` (0.5.22 on), one full pool, the prefix all on the
+    device (a HiCache host hit needs the host pool's CUDA copies, which do not run here). Elsewhere the stand-in tree
+    answers."""
+    return (
+        hasattr(decode, "match_kv_cache")
+        and case.decode_prefix > 0
+        and case.decode_prefix == case.l1_prefix
+        and case.swa_free_pages is None
+    )
+
+
+def _real_tree(case: DecodeCase, req_pool: Any, allocator: Any, evicted: list[int]) -> Any:  # pragma: no cover
+    """SGLang's own ``UnifiedRadixCache`` (full component) over the case's request pool and allocator: the request's L1
+    prefix inserted at ``l1_row``, then each cached sequence (``cached_leaves``) as a leaf of its own, in the case's
+    eviction order (least recently used first). ``evicted`` collects the pages its ``evict_for_alloc`` frees, in the
+    order freed."""
     from array import array
 
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -522,37 +529,33 @@ def _real_tree(decode: Any, case: DecodeCase) -> Any:  # pragma: no cover - conf
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     ps = case.page_size
+    tree = UnifiedRadixCache(CacheInitParams(disable=False, req_to_token_pool=req_pool,
+                                             token_to_kv_pool_allocator=allocator, page_size=ps,
+                                             tree_components=(ComponentType.FULL,)))  # fmt: skip
 
-    def build(req_pool: Any, allocator: Any, evicted: list[int]) -> Any:
-        tree = UnifiedRadixCache(CacheInitParams(disable=False, req_to_token_pool=req_pool,
-                                                 token_to_kv_pool_allocator=allocator, page_size=ps,
-                                                 tree_components=(ComponentType.FULL,)))  # fmt: skip
+    def insert(tokens: list[int], slots: list[int]) -> None:
+        key = RadixKey(token_ids=array("q", tokens), extra_key=None)
+        tree.insert(InsertParams(key=key, value=torch.tensor(slots, dtype=torch.int64)))
 
-        def insert(tokens: list[int], slots: list[int]) -> None:
-            key = RadixKey(token_ids=array("q", tokens), extra_key=None)
-            tree.insert(InsertParams(key=key, value=torch.tensor(slots, dtype=torch.int64)))
+    insert([PROMPT_TOKEN + i for i in range(case.l1_prefix)], list(case.l1_row))
+    for k, leaf in enumerate(case.cached_leaves):  # each a sequence of its own: one leaf under the root
+        tokens = [CACHED_TOKEN + k * 4096 + j for j in range(len(leaf) * ps)]
+        insert(tokens, [page * ps + o for page in leaf for o in range(ps)])
+    own_evict = tree.evict_for_alloc
 
-        insert([PROMPT_TOKEN + i for i in range(case.l1_prefix)], list(case.l1_row))
-        for k, leaf in enumerate(case.cached_leaves):  # each a sequence of its own: one leaf under the root
-            tokens = [CACHED_TOKEN + k * 4096 + j for j in range(len(leaf) * ps)]
-            insert(tokens, [page * ps + o for page in leaf for o in range(ps)])
-        own_evict = tree.evict_for_alloc
+    def free_pages() -> list[int]:
+        """The allocator's free pages, in the order it hands them out (its release list after its free list)."""
+        lists = [getattr(allocator, name, None) for name in ("free_pages", "release_pages")]
+        return [int(p) for pages in lists if pages is not None for p in pages.tolist()]
 
-        def free_pages() -> list[int]:
-            """The allocator's free pages, in the order it hands them out (its release list after its free list)."""
-            lists = [getattr(allocator, name, None) for name in ("free_pages", "release_pages")]
-            return [int(p) for pages in lists if pages is not None for p in pages.tolist()]
+    def evict_for_alloc(params: Any) -> Any:
+        before = set(free_pages())
+        result = own_evict(params)
+        evicted.extend(p for p in free_pages() if p not in before)  # in the order the tree freed them
+        return result
 
-        def evict_for_alloc(params: Any) -> Any:
-            before = set(free_pages())
-            result = own_evict(params)
-            evicted.extend(p for p in free_pages() if p not in before)  # in the order the tree freed them
-            return result
-
-        tree.evict_for_alloc = evict_for_alloc
-        return tree
-
-    return build
+    tree.evict_for_alloc = evict_for_alloc
+    return tree
 
 
 def _real_request(case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
@@ -676,13 +679,15 @@ def _lora_manager() -> Any:  # pragma: no cover - conformance venv
     return importlib.import_module("sglang.srt.lora.lora_manager").LoRAManager
 
 
+@functools.cache
 def host_destination_refusal() -> str | None:  # pragma: no cover - conformance venv
     """Why the release's decode server refuses to receive KV into host memory (``--disaggregation-decode-host-receive-
     threshold`` below 1; above 0 on 0.5.21, which reads it the other way), or None where it accepts it:
     ``DecodePreallocQueue._init_kv_manager`` raises "Transfer backend does not support decode host KV destinations"
     unless the transfer backend's KV manager sets ``supports_host_destination``. Each backend of
     ``TransferBackend`` is asked (its manager class, as ``get_kv_class`` gives it; a backend whose module needs a
-    library not installed here, by whether its source sets the flag at all)."""
+    library not installed here, by whether its source sets the flag at all). A fact of the release: asked once per
+    process."""
     import pathlib
 
     from sglang.srt.disaggregation import utils
