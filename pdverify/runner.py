@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 
 from pdverify.local_constants import pin_local_constants
+from pdverify.plugin import refusals_discarded
 from pdverify.profiles import restoring_default_profile  # importing it registers the profiles
 from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
 from pdverify.targets import Target
@@ -58,12 +59,14 @@ def run_property(
                 test._hypothesis_internal_use_settings = settings.get_profile(profile)
             else:  # a test that reads settings.default at run time (the state machine)
                 settings.load_profile(profile)
-            test(target=target, device=device)
+            test(target=refusals_discarded(target), device=device)  # refused configurations: discarded
     except pytest.skip.Exception as exc:
         return PropertyRun(info.id, "not applicable", EXAMPLES.examples, time.perf_counter() - start, str(exc))
     except BaseException as exc:  # a property failure or an exception raised inside the target
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
+        if 0 < EXAMPLES.examples == EXAMPLES.refused:  # Hypothesis gave up: every input was refused
+            return _all_refused(info.id, time.perf_counter() - start)
         return PropertyRun(
             info.id,
             "failed",
@@ -78,8 +81,19 @@ def run_property(
         if seed is not None:
             test._hypothesis_internal_use_seed = saved_seed
             EXAMPLES.seed = None
-    status = "passed" if EXAMPLES.examples else "no examples"
-    return PropertyRun(info.id, status, EXAMPLES.examples, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if 0 < EXAMPLES.examples == EXAMPLES.refused:
+        return _all_refused(info.id, seconds)
+    return PropertyRun(info.id, "passed" if EXAMPLES.examples else "no examples", EXAMPLES.examples, seconds)
+
+
+def _all_refused(property_id: str, seconds: float) -> PropertyRun:
+    """No example ran: each was a configuration the server refuses to start with (as ``pdverify check`` says it)."""
+    why = (
+        f"every one of {EXAMPLES.examples} examples was refused by the server (a configuration it refuses to start "
+        f"with): {EXAMPLES.refusal}"
+    )
+    return PropertyRun(property_id, "no examples", EXAMPLES.examples, seconds, why)
 
 
 def describe_failure(exc: BaseException) -> str:

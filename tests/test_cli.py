@@ -238,3 +238,17 @@ def test_a_configuration_the_server_refuses_is_discarded_and_counted(tmp_path: P
     q1 = report["properties"][0]
     assert code != exitcodes.OK and q1["status"] == "no examples" and "refuses to start" in q1["message"], q1
     assert q1["refused"] == q1["examples"] > 0, q1
+
+
+def test_run_property_discards_refused_configurations_too() -> None:
+    """The programmatic runner (``pdverify.runner.run_property``: ``mutate``, user scripts) treats a refused
+    configuration as ``pdverify check`` does: discarded, and a property whose every example is refused has no
+    examples, never passed."""
+    from pdverify.runner import load_properties, run_property
+    from tests import user_targets
+
+    q1 = load_properties()["Q1"]
+    got = run_property(q1, user_targets.refusing_host_receive)
+    assert got.status == "passed" and got.examples > 0, got
+    got = run_property(q1, user_targets.refusing_everything)
+    assert got.status == "no examples" and "refused by the server" in got.message and "refuses to start" in got.message
