@@ -117,7 +117,7 @@ def refusals_discarded(tgt: Target) -> Target:
             except ServerRefuses as exc:
                 EXAMPLES.refused, EXAMPLES.refusal = EXAMPLES.refused + 1, str(exc)
                 note_event(f"refused by the server: {exc}")
-                within_domain(False, f"a configuration the server refuses ({exc})")
+                within_domain(False, f"a configuration the server refuses ({exc})", counted=False)
                 raise  # pragma: no cover - within_domain raised
 
         return call
@@ -232,6 +232,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
             ("pdverify_property", getattr(getattr(item, "obj", None), "pdverify_property", None))
         )
         item.user_properties.append(("pdverify_examples", EXAMPLES.examples))
+        item.user_properties.append(("pdverify_outside", EXAMPLES.outside))
         item.user_properties.append(("pdverify_refused", EXAMPLES.refused))
         item.user_properties.append(("pdverify_refusal", EXAMPLES.refusal))
         item.user_properties.append(("pdverify_inputs", EXAMPLES.inputs.hexdigest()))

@@ -16,7 +16,7 @@ from hypothesis import settings
 from pdverify.local_constants import pin_local_constants
 from pdverify.plugin import refusals_discarded
 from pdverify.profiles import restoring_default_profile  # importing it registers the profiles
-from pdverify.properties.registry import EXAMPLES, PropertyInfo, reset_examples
+from pdverify.properties.registry import EXAMPLES, PropertyInfo, discarded_message, reset_examples
 from pdverify.targets import Target
 
 
@@ -65,8 +65,8 @@ def run_property(
     except BaseException as exc:  # a property failure or an exception raised inside the target
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        if 0 < EXAMPLES.examples == EXAMPLES.refused:  # Hypothesis gave up: every input was refused
-            return _all_refused(info.id, time.perf_counter() - start)
+        if 0 < EXAMPLES.examples == EXAMPLES.refused + EXAMPLES.outside:  # Hypothesis gave up: all discarded
+            return _all_discarded(info.id, time.perf_counter() - start)
         return PropertyRun(
             info.id,
             "failed",
@@ -82,17 +82,14 @@ def run_property(
             test._hypothesis_internal_use_seed = saved_seed
             EXAMPLES.seed = None
     seconds = time.perf_counter() - start
-    if 0 < EXAMPLES.examples == EXAMPLES.refused:
-        return _all_refused(info.id, seconds)
+    if 0 < EXAMPLES.examples == EXAMPLES.refused + EXAMPLES.outside:
+        return _all_discarded(info.id, seconds)
     return PropertyRun(info.id, "passed" if EXAMPLES.examples else "no examples", EXAMPLES.examples, seconds)
 
 
-def _all_refused(property_id: str, seconds: float) -> PropertyRun:
-    """No example ran: each was a configuration the server refuses to start with (as ``pdverify check`` says it)."""
-    why = (
-        f"every one of {EXAMPLES.examples} examples was refused by the server (a configuration it refuses to start "
-        f"with): {EXAMPLES.refusal}"
-    )
+def _all_discarded(property_id: str, seconds: float) -> PropertyRun:
+    """No example ran: each was outside the target release's domain or refused by its server."""
+    why = discarded_message(EXAMPLES.examples, EXAMPLES.outside, EXAMPLES.refused, EXAMPLES.refusal)
     return PropertyRun(property_id, "no examples", EXAMPLES.examples, seconds, why)
 
 

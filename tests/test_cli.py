@@ -251,4 +251,29 @@ def test_run_property_discards_refused_configurations_too() -> None:
     got = run_property(q1, user_targets.refusing_host_receive)
     assert got.status == "passed" and got.examples > 0, got
     got = run_property(q1, user_targets.refusing_everything)
-    assert got.status == "no examples" and "refused by the server" in got.message and "refuses to start" in got.message
+    assert got.status == "no examples" and "refuses to start with" in got.message, got
+
+
+def test_examples_outside_the_release_domain_are_counted_apart(tmp_path: Path) -> None:
+    """An example that uses a later release's feature is discarded on an earlier release (``within_release``): the
+    report counts it (``outside``) so that "114 examples" never hides how many were verdicts."""
+    code, report = check(tmp_path, "--target", "tests.user_targets:old_release", "-k", "test_s9_")
+    s9 = report["properties"][0]
+    assert code == exitcodes.OK and s9["status"] == "passed", s9
+    assert 0 < s9["outside"] < s9["examples"] and s9["refused"] == 0, s9
+    code, report = check(tmp_path, "--target", "pdverify", "-k", "test_s9_")
+    assert report["properties"][0]["outside"] == 0  # no release: every input is in the domain
+
+
+def test_the_table_names_each_kind_of_discarded_example() -> None:
+    from pdverify.cli.render import _examples
+    from pdverify.cli.report import PropertyResult
+    from pdverify.properties.registry import discarded_message
+
+    r = PropertyResult("Q1", "t", "test_q1", "cpu", "passed", 145, 0.1, outside=8, refused=32)
+    assert _examples(r) == "145 (8 outside the release's domain, 32 refused by the server)"
+    assert _examples(PropertyResult("Q1", "t", "test_q1", "cpu", "passed", 145, 0.1)) == "145"
+    assert discarded_message(40, 8, 32, "no host receive") == (
+        "every one of 40 examples was discarded (8 outside the release's input domain; 32 a configuration the "
+        "server refuses to start with: no host receive)"
+    )

@@ -28,7 +28,7 @@ from pdverify.cli.render import Progress, compact, id_order, render_table, termi
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
 from pdverify.plugin import NOT_APPLICABLE
 from pdverify.profiles import PROFILES, restoring_default_profile
-from pdverify.properties.registry import EXAMPLES, PROPERTIES
+from pdverify.properties.registry import EXAMPLES, PROPERTIES, discarded_message
 from pdverify.runner import load_properties
 from pdverify.targets import FUNCTIONS, Target
 
@@ -84,6 +84,7 @@ class Collector:
         res.seconds += report.duration
         props: dict[str, Any] = dict(report.user_properties)
         res.examples = max(res.examples, int(props.get("pdverify_examples", 0) or 0))
+        res.outside = max(res.outside, int(props.get("pdverify_outside", 0) or 0))
         res.refused = max(res.refused, int(props.get("pdverify_refused", 0) or 0))
         res.inputs = str(props.get("pdverify_inputs") or res.inputs)
         res.findings = dict(props.get("pdverify_findings") or res.findings)
@@ -100,12 +101,9 @@ class Collector:
                 props.get("pdverify_status") or ("not applicable" if NOT_APPLICABLE in reason else "skipped")
             )
             res.message = reason
-        elif report.failed and report.when == "call" and 0 < res.examples == res.refused:
+        elif report.failed and report.when == "call" and 0 < res.examples == res.refused + res.outside:
             res.status = "no examples"
-            res.message = (
-                f"every one of {res.examples} examples is a configuration the server refuses to start with: "
-                f"{props.get('pdverify_refusal', '')}"
-            )
+            res.message = discarded_message(res.examples, res.outside, res.refused, props.get("pdverify_refusal", ""))
         elif report.failed:
             res.status = str(props.get("pdverify_status", "error" if report.when != "call" else "failed"))
             text = report.longreprtext

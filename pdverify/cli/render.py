@@ -261,5 +261,7 @@ def render_list(properties: Sequence[Any], *, colour: bool, width: int | None = 
 
 
 def _examples(r: PropertyResult) -> str:
-    """The examples run, and of them those the target's server refuses (discarded, outside the domain)."""
-    return f"{r.examples} ({r.refused} refused by the server)" if r.refused else str(r.examples)
+    """The examples run, and of them those discarded: outside the target release's domain, or refused by its server."""
+    discarded = [f"{r.outside} outside the release's domain"] if r.outside else []
+    discarded += [f"{r.refused} refused by the server"] if r.refused else []
+    return f"{r.examples} ({', '.join(discarded)})" if discarded else str(r.examples)

@@ -27,6 +27,9 @@ class PropertyResult:
     counterexample: str = ""
     reproduce: str = ""
     first_failure: int | None = None
+    outside: int = 0
+    """Of ``examples``, those outside the target release's input domain (a later release's feature, a configuration
+    the release cannot take): discarded, not verdicts."""
     refused: int = 0
     """Of ``examples``, those whose configuration the target's server refuses to start with (its own validation):
     discarded, outside the release's domain."""

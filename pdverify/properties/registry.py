@@ -34,6 +34,9 @@ class ExampleTimeout(BaseException):
 
 class _Counter(threading.local):
     examples: int = 0
+    outside: int = 0
+    """Examples outside the target release's input domain (``within_domain``: a later release's feature, a
+    configuration the release cannot take): discarded, not verdicts; counted within ``examples``."""
     refused: int = 0
     """Examples whose configuration the target's server refuses (``targets.ServerRefuses``): discarded, not
     verdicts; counted within ``examples``."""
@@ -102,7 +105,7 @@ def _known_defects(property_id: str, kwargs: dict[str, Any]) -> list[Any]:
 
 
 def reset_examples() -> None:
-    EXAMPLES.examples = EXAMPLES.refused = 0
+    EXAMPLES.examples = EXAMPLES.outside = EXAMPLES.refused = 0
     EXAMPLES.refusal = ""
     EXAMPLES.first_failure = None
     EXAMPLES.last_kwargs = None
@@ -225,10 +228,21 @@ class ExampleClock:
             limit.__exit__(None, None, None)
 
 
-def within_domain(condition: bool, what: str) -> None:
-    """``hypothesis.assume(condition)`` inside a Hypothesis run; when a property body is replayed on its own (an
-    exported regression) an input outside the release's domain is a skip naming ``what`` - never a warning."""
+def discarded_message(examples: int, outside: int, refused: int, refusal: str) -> str:
+    """Why a property that ran ``examples`` has no verdict: every one was discarded (``outside`` the target release's
+    domain, ``refused`` by its server for ``refusal``)."""
+    parts = [f"{outside} outside the release's input domain"] if outside else []
+    parts += [f"{refused} a configuration the server refuses to start with: {refusal}"] if refused else []
+    return f"every one of {examples} examples was discarded ({'; '.join(parts)})"
+
+
+def within_domain(condition: bool, what: str, *, counted: bool = True) -> None:
+    """``hypothesis.assume(condition)`` inside a Hypothesis run, the discarded example counted ``outside`` (unless
+    the caller counts it itself: ``counted=False``); when a property body is replayed on its own (an exported
+    regression) an input outside the release's domain is a skip naming ``what`` - never a warning."""
     if currently_in_test_context():
+        if not condition and counted:
+            EXAMPLES.outside += 1
         assume(condition)
     elif not condition:
         pytest.skip(f"{what} is outside the target release's input domain")
