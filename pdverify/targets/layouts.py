@@ -16,13 +16,14 @@ Every request also carries the prompt behind a guard: its length reads freely, b
 from __future__ import annotations
 
 import functools
+import inspect
 import pkgutil
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -103,17 +104,30 @@ class FillIds(list[int]):
         return NotImplemented
 
 
-class DuckRequest:
-    """A request object in a target's layout. ``fill_ids`` and ``get_fill_ids`` record every access."""
+class PromptGuard:
+    """The prompt instrument of a request object: ``fill_ids``, ``full_untruncated_fill_ids`` and ``get_fill_ids()``
+    record every access (and refuse it when strict). Mixed into a duck request, or into a release's own request
+    class (``guarded_class``), whose constructor may assign those names: an assignment is kept aside, never read
+    back (the model's fill is what a read returns)."""
 
-    def __init__(self, reads: list[str], strict: bool, fill: list[int], any_era: bool = False) -> None:
-        self._reads, self._strict, self._fill, self._any_era = reads, strict, fill, any_era
+    _pdverify_reads: list[str] | None = None  # None until armed
+    _pdverify_strict: bool
+    _pdverify_fill: list[int]
+    _pdverify_any_era: bool
+
+    def arm(self, reads: list[str], strict: bool, fill: list[int], any_era: bool) -> None:
+        """Start recording into ``reads``; ``fill`` is what a read of the fill ids returns."""
+        self._pdverify_reads, self._pdverify_strict = reads, strict
+        self._pdverify_fill, self._pdverify_any_era = fill, any_era
 
     def _fill_ids(self, how: str) -> Any:
-        self._reads.append(how)
-        if self._strict:
+        reads = self._pdverify_reads
+        if reads is None:  # the release's own constructor, before the guard is armed
+            return self.__dict__.get(f"_pdverify_assigned_{how}")
+        reads.append(how)
+        if self._pdverify_strict:
             raise PromptReadError(f"the prompt must not be read: {how}")
-        return FillIds(self._fill) if self._any_era else array("q", self._fill)
+        return FillIds(self._pdverify_fill) if self._pdverify_any_era else array("q", self._pdverify_fill)
 
     def get_fill_ids(self) -> Any:
         return self._fill_ids("get_fill_ids()")
@@ -122,9 +136,49 @@ class DuckRequest:
     def fill_ids(self) -> Any:
         return self._fill_ids("fill_ids")
 
+    @fill_ids.setter
+    def fill_ids(self, value: Any) -> None:
+        self.__dict__["_pdverify_assigned_fill_ids"] = value
+
     @property
     def full_untruncated_fill_ids(self) -> Any:
         return self._fill_ids("full_untruncated_fill_ids")
+
+    @full_untruncated_fill_ids.setter
+    def full_untruncated_fill_ids(self, value: Any) -> None:
+        self.__dict__["_pdverify_assigned_full_untruncated_fill_ids"] = value
+
+
+class DuckRequest(PromptGuard):
+    """A request object in a target's layout, for targets that bring no request class of their own."""
+
+
+_Request = TypeVar("_Request")
+
+
+@functools.cache
+def guarded_class(cls: type[_Request]) -> type[_Request]:
+    """``cls`` (a release's own request class) with the prompt instrument (``PromptGuard``) over it: instances are
+    built by ``cls``'s own constructor and behave as ``cls``'s in everything but the guarded reads."""
+    return cast("type[_Request]", type(f"Guarded{cls.__name__}", (PromptGuard, cls), {"__module__": __name__}))
+
+
+def _put(obj: Any, name: str, value: Any) -> None:
+    """Place a field on a request object. A read-only property of a real request class computes the field itself:
+    it must agree with the layout's value (else the layout and the release disagree - a ``TargetError``, never a
+    silent override)."""
+    static = inspect.getattr_static(type(obj), name, None)
+    if isinstance(static, property) and static.fset is None:
+        got = getattr(obj, name)
+        if got != value:
+            raise TargetError(f"{type(obj).__name__}.{name} computes {got!r} where the layout places {value!r}")
+        return
+    setattr(obj, name, value)
+
+
+def _own(obj: Any, name: str) -> Any | None:
+    """The sub-object ``name`` (``kv``, ``logprob``) a real request class built itself, or None for a duck."""
+    return None if isinstance(obj, DuckRequest) else getattr(obj, name, None)
 
 
 @dataclass(frozen=True)
@@ -138,16 +192,20 @@ class Range:
 
 
 def _place_0_5_23(duck: Any, req: Request, row: torch.Tensor) -> None:
-    duck.kv = SimpleNamespace(req_pool_idx=req.req_pool_idx)
-    duck.prefix_len = req.prefix_len
-    duck.extend_end = req.extend_end
-    duck.extend_len = req.extend_len
+    kv = _own(duck, "kv")
+    if kv is None:
+        duck.kv = SimpleNamespace(req_pool_idx=req.req_pool_idx)
+    else:  # the release's own ReqKvInfo
+        kv.req_pool_idx = req.req_pool_idx
+    _put(duck, "prefix_len", req.prefix_len)
+    _put(duck, "extend_end", req.extend_end)
+    _put(duck, "extend_len", req.extend_len)
 
 
 def _place_pr35070(duck: Any, req: Request, row: torch.Tensor) -> None:
-    duck.req_pool_idx = req.req_pool_idx
-    duck.prefix_indices = row[: req.prefix_len].to(torch.int64)
-    duck.extend_range = Range(req.prefix_len, req.extend_end)
+    _put(duck, "req_pool_idx", req.req_pool_idx)
+    _put(duck, "prefix_indices", row[: req.prefix_len].to(torch.int64))
+    _put(duck, "extend_range", Range(req.prefix_len, req.extend_end))
 
 
 def _place_any(duck: Any, req: Request, row: torch.Tensor) -> None:
@@ -156,9 +214,9 @@ def _place_any(duck: Any, req: Request, row: torch.Tensor) -> None:
     the logprob settings on the request itself."""
     _place_0_5_23(duck, req, row)
     _place_pr35070(duck, req, row)
-    duck.extend_input_len = req.extend_len
-    duck.top_logprobs_num = req.logprob.top_logprobs_num
-    duck.token_ids_logprob = req.logprob.token_ids_logprob
+    _put(duck, "extend_input_len", req.extend_len)
+    _put(duck, "top_logprobs_num", req.logprob.top_logprobs_num)
+    _put(duck, "token_ids_logprob", req.logprob.token_ids_logprob)
 
 
 LAYOUTS: dict[str, Callable[[Any, Request, torch.Tensor], None]] = {
@@ -169,12 +227,29 @@ LAYOUTS: dict[str, Callable[[Any, Request, torch.Tensor], None]] = {
 """Layout name -> how a request's position fields are spelled in it."""
 
 
-def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str], strict: bool) -> DuckRequest:
+def build_request(
+    req: Request,
+    layout: str,
+    row: torch.Tensor,
+    reads: list[str],
+    strict: bool,
+    factory: Callable[[Request], Any] | None = None,
+) -> Any:
+    """The request object ``prepare_for_prebuilt`` reads: ``factory(req)`` (a target's own request class, built
+    through ``guarded_class``) or a ``DuckRequest``, with ``req``'s fields placed in ``layout`` and the prompt
+    guarded: ``origin_input_ids``, ``output_ids`` and every attribute the constructor aliased to the prompt array."""
     if layout not in LAYOUTS:
         raise TargetError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
     fill = [*req.origin_input_ids, *req.output_ids][: req.extend_end]
-    duck = DuckRequest(reads, strict, fill, any_era=layout == "sglang-any")
+    duck = DuckRequest() if factory is None else factory(req)
+    if not isinstance(duck, PromptGuard):
+        raise TargetError(f"request factory built a {type(duck).__name__}, not a guarded_class(...) instance")
+    duck.arm(reads, strict, fill, any_era=layout == "sglang-any")
     LAYOUTS[layout](duck, req, row)
+    prompt = getattr(duck, "origin_input_ids", None)
+    for name, value in list(vars(duck).items()):
+        if prompt is not None and value is prompt and name != "origin_input_ids":
+            setattr(duck, name, GuardedTokens(list(req.origin_input_ids), name, reads, strict))
     duck.origin_input_ids = GuardedTokens(list(req.origin_input_ids), "origin_input_ids", reads, strict)  # type: ignore[attr-defined]
     duck.output_ids = GuardedTokens(list(req.output_ids), "output_ids", reads, strict)  # type: ignore[attr-defined]
     for name in (
@@ -188,9 +263,14 @@ def build_request(req: Request, layout: str, row: torch.Tensor, reads: list[str]
         setattr(duck, name, getattr(req, name))
     if req.pd_rebootstrap_in_progress is not None:
         duck.pd_rebootstrap_in_progress = req.pd_rebootstrap_in_progress  # type: ignore[attr-defined]
-    duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]
-        top_logprobs_num=req.logprob.top_logprobs_num, token_ids_logprob=req.logprob.token_ids_logprob
-    )
+    logprob = _own(duck, "logprob")
+    if logprob is None:
+        duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]
+            top_logprobs_num=req.logprob.top_logprobs_num, token_ids_logprob=req.logprob.token_ids_logprob
+        )
+    else:  # the release's own ReqLogprob
+        logprob.top_logprobs_num = req.logprob.top_logprobs_num
+        logprob.token_ids_logprob = req.logprob.token_ids_logprob
     for name, value in req.extra.items():
         setattr(duck, name, value)
     return duck
@@ -213,7 +293,10 @@ def build_batch_object(
     if table is None:
         rows = batch.req_to_token
         table = torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), batch.width)
-    reqs = [build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt) for r in batch.reqs]
+    reqs = [
+        build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt, target.request_factory)
+        for r in batch.reqs
+    ]
     duck = SimpleNamespace(
         reqs=reqs,
         device=device,

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from pdverify.model.batch import Request
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
@@ -201,6 +202,9 @@ class Target:
     kv_checksum: KvChecksum | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None
+    request_factory: Callable[[Request], Any] | None = None
+    """Builds the implementation's own request object for a model request (an instance of
+    ``pdverify.targets.layouts.guarded_class(its class)``); None: duck requests (``DuckRequest``)."""
     package: str = "pdverify"
     """The distribution whose version the run report records."""
     release: str | None = None

@@ -227,9 +227,14 @@ def _scheduler(running: list[Any], **settings: Any) -> Any:
     return SimpleNamespace(**{**fields, **settings})
 
 
-def _request(rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8) -> Any:
-    """A request as the decode queue reads it: fresh KV bookkeeping, no abort (``set_extend_range`` records the
-    range, as 0.5.21's ``Req`` does; later releases set ``prefix_len`` / ``extend_len`` themselves)."""
+def _request(
+    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8, real: bool = False
+) -> Any:
+    """A request as the decode queue reads it: fresh KV bookkeeping, no abort. With ``real``, SGLang's own ``Req``
+    (``_sglang_request``); else a namespace of the fields the releases read (``set_extend_range`` records the range,
+    as 0.5.21's ``Req`` does; later releases set ``prefix_len`` / ``extend_len`` themselves)."""
+    if real:
+        return _sglang_request(rid, length, output_len, lora=lora, max_new_tokens=max_new_tokens)
     req = SimpleNamespace(
         rid=rid,
         bootstrap_room=1,
@@ -559,17 +564,24 @@ def _real_tree(case: DecodeCase, req_pool: Any, allocator: Any, evicted: list[in
 
 
 def _real_request(case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
-    """SGLang's own ``Req`` for a pre-allocation case: prompt tokens ``PROMPT_TOKEN + i`` (an int64 array, as the
-    tokenizer hands them over), ``output_len`` outputs."""
+    """SGLang's own ``Req`` for a pre-allocation case: prompt tokens ``PROMPT_TOKEN + i``, ``output_len`` outputs."""
+    return _sglang_request("r0", case.length, case.output_len)
+
+
+def _sglang_request(  # pragma: no cover - conformance venv
+    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8
+) -> Any:
+    """SGLang's own ``Req`` (0.5.22 on): prompt tokens ``PROMPT_TOKEN + i`` (an int64 array, as the tokenizer hands
+    them over; the radix tree's keys), ``output_len`` outputs, a bootstrap on a real prefill host, the adapter."""
     from array import array
 
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    prompt = array("q", [PROMPT_TOKEN + i for i in range(case.length)])  # the tree's keys are int64 arrays
-    req = Req("r0", "", prompt, SamplingParams(max_new_tokens=8),
+    prompt = array("q", [PROMPT_TOKEN + i for i in range(length)])
+    req = Req(rid, "", prompt, SamplingParams(max_new_tokens=max_new_tokens), lora_id=lora,
               bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
-    req.output_ids.extend([0] * case.output_len)
+    req.output_ids.extend([0] * output_len)
     return req
 
 
@@ -878,8 +890,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def stream_output(reqs: Any, logprob: Any) -> None:
         streamed.extend(r.rid for r in reqs)
 
+    real = hasattr(decode, "match_kv_cache")  # SGLang's own Req, from 0.5.22 (as the pre-allocation driver's)
     running = [
-        _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS)
+        _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS, real=real)
         for k, (tokens, lora) in enumerate(case.running)
     ]
     q: Any = Queue()
@@ -923,7 +936,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     )
     reqs = []
     for i, r in enumerate(case.requests):
-        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
+        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens, real=real)
         for name, value in r.extra.items():  # registered request fields
             setattr(req, name, value)
         req.priority = r.priority
@@ -932,9 +945,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             req.finished_output = r.abort_streamed
         req.pd_rebootstrap_in_progress = r.rebootstrap
         req.bootstrap_host = "10.0.0.1"
-        req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
-        req.kv.retraction_backup = None
-        req.kv.set_evicted_seqlen = lambda component, seqlen: None
+        if not real:  # SGLang's own Req builds its payload and records its evicted lengths itself
+            req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
+            req.kv.retraction_backup = None
+            req.kv.set_evicted_seqlen = lambda component, seqlen: None
         reqs.append(req)
     # rebootstrap came in 0.5.16 (the strategies draw it only from there): no such field before
     takes_rebootstrap = "is_rebootstrap" in inspect.signature(decode.DecodeRequest).parameters

@@ -1,0 +1,109 @@
+"""A target's own request class (``Target.request_factory``): ``prepare_for_prebuilt`` reads requests built by the
+implementation's constructor, with the prompt instrument over them (``guarded_class``); what the class computes
+itself must agree with the layout, and every alias of the prompt stays guarded."""
+
+from __future__ import annotations
+
+from array import array
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pdverify.model.batch import Request
+from pdverify.production.prebuilt import prepare_for_prebuilt
+from pdverify.properties.test_prebuilt import seed_batch
+from pdverify.runner import load_properties, run_property
+from pdverify.targets import TargetError, load_target
+from pdverify.targets.layouts import DuckRequest, PromptReadError, guarded_class, run_prepare_for_prebuilt
+
+
+class ReleaseReq:
+    """A request class shaped like SGLang 0.5.23's ``Req``: its constructor keeps the prompt (and an alias of it),
+    assigns the fill ids, builds its own KV bookkeeping, and computes ``extend_len``."""
+
+    def __init__(self, rid: str, text: str, prompt: array[int], params: Any) -> None:
+        self.rid, self.origin_input_ids, self.origin_input_ids_unpadded = rid, prompt, prompt
+        self.full_untruncated_fill_ids = array("q")
+        self.kv = SimpleNamespace(req_pool_idx=None, kv_committed_len=0)
+        self.logprob = SimpleNamespace(top_logprobs_num=0, token_ids_logprob=None)
+        self.prefix_len, self.extend_end = 0, None
+        self.sampling_params = params
+
+    @property
+    def extend_len(self) -> int:
+        assert self.extend_end is not None
+        return self.extend_end - self.prefix_len
+
+    def get_fill_ids(self) -> Any:
+        return self.full_untruncated_fill_ids[: self.extend_end]
+
+
+def _own_requests(cls: type = ReleaseReq) -> Any:
+    def factory(request: Request) -> Any:
+        return guarded_class(cls)("r", "", array("q", request.origin_input_ids), SimpleNamespace(max_new_tokens=16))
+
+    return load_target("pdverify").derive("own-req", request_factory=factory)
+
+
+def test_requests_are_the_targets_own_class_and_its_objects() -> None:
+    out = run_prepare_for_prebuilt(_own_requests(), seed_batch(), "cpu")
+    req = out.batch_object.reqs[0]
+    assert isinstance(req, ReleaseReq) and not isinstance(req, DuckRequest)
+    assert req.kv.kv_committed_len == 0 and req.kv.req_pool_idx == seed_batch().reqs[0].req_pool_idx  # its own kv
+    assert req.extend_len == seed_batch().reqs[0].extend_len  # computed by the class, not placed
+    assert out.fields["out_cache_loc"].tolist() == [2, 3, 4] and out.prompt_reads == []
+
+
+def test_the_prebuilt_properties_hold_on_the_own_class() -> None:
+    props = load_properties()
+    for pid in ("P19", "P20", "P22", "P22b", "P23", "P26", "P30"):
+        result = run_property(props[pid], _own_requests())
+        assert result.status == "passed", (pid, result.message)
+
+
+def test_every_read_of_the_prompt_through_the_own_class_is_seen() -> None:
+    """The class's own ``get_fill_ids``, the fill ids its constructor assigned, and an alias of the prompt array
+    (``origin_input_ids_unpadded``) are all guarded: P22 / P22b fail on a preparation that reads any of them."""
+
+    def reads_via(how: str) -> Any:
+        def prepare(batch: Any) -> None:
+            for req in batch.reqs:
+                _ = req.get_fill_ids() if how == "get" else req.origin_input_ids_unpadded[0]
+            prepare_for_prebuilt(batch)
+
+        return _own_requests().derive(f"reads-{how}", prepare_for_prebuilt=prepare)
+
+    props = load_properties()
+    got = run_property(props["P22"], reads_via("get"))
+    assert got.status == "failed" and "get_fill_ids()" in got.message
+    got = run_property(props["P22b"], reads_via("alias"))
+    assert got.status == "failed" and "origin_input_ids_unpadded[0]" in got.message
+    with pytest.raises(PromptReadError, match="origin_input_ids_unpadded"):
+        run_prepare_for_prebuilt(reads_via("alias"), seed_batch(), "cpu", strict_prompt=True)
+
+
+def test_a_computed_field_that_disagrees_with_the_layout_is_an_error() -> None:
+    class OffByOne(ReleaseReq):
+        @property
+        def extend_len(self) -> int:
+            return super().extend_len + 1
+
+    with pytest.raises(TargetError, match=r"GuardedOffByOne.extend_len computes 4 where the layout places 3"):
+        run_prepare_for_prebuilt(_own_requests(OffByOne), seed_batch(), "cpu")
+
+
+def test_a_factory_must_build_a_guarded_object() -> None:
+    target = load_target("pdverify").derive("bare", request_factory=lambda request: SimpleNamespace())
+    with pytest.raises(TargetError, match="not a guarded_class"):
+        run_prepare_for_prebuilt(target, seed_batch(), "cpu")
+
+
+def test_the_guard_is_silent_while_the_constructor_runs() -> None:
+    class ReadsItsFill(ReleaseReq):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.seen = list(self.full_untruncated_fill_ids)  # its own refresh, before the guard is armed
+
+    out = run_prepare_for_prebuilt(_own_requests(ReadsItsFill), seed_batch(), "cpu", strict_prompt=True)
+    assert out.batch_object.reqs[0].seen == [] and out.prompt_reads == []
