@@ -58,3 +58,23 @@ def test_a_planted_prompt_read_through_the_real_request_fails(pid: str, how: str
     assert released == "passed"
     got = run_property(props[pid], target.derive(f"reads-{how}", prepare_for_prebuilt=prepare))
     assert got.status == "failed" and seen in got.message, got.message
+
+
+@pytest.mark.parametrize("pid", ["S9", "Q2"])
+def test_the_scheduler_drivers_hand_sglang_its_own_requests(pid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 0.5.22 (``owns_request_layout``) the prefill exchange and the decode queue build SGLang's own ``Req``
+    (its ``ReqKvInfo``, time stats and defaults) where namespaces stood; before, the namespaces of each era stay."""
+    from pdverify.runner import load_properties, run_property
+    from pdverify.targets.sglang_request import owns_request_layout
+
+    built: list[Any] = []
+    init = schedule_batch.Req.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(type(self))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(schedule_batch.Req, "__init__", counting)
+    got = run_property(load_properties()[pid], _target())
+    assert got.status == "passed", got.message
+    assert (len(built) >= got.examples > 0) == owns_request_layout(), (len(built), got.examples)

@@ -37,6 +37,7 @@ import torch
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
+from pdverify.targets.sglang_request import owns_request_layout, release_request
 
 
 def int_tuple(values: Any) -> tuple[int, ...]:
@@ -471,25 +472,12 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
 
     digests: list[tuple[int, ...] | None] = []
     checksum_kernel = _kv_checksum(sched, case.kv_checksum, digests)
-    req: Any = SimpleNamespace(
-        rid=f"{_health_check_prefix()}r0" if case.health_check else "r0",
-        bootstrap_room=room,  # logged by the older releases' send_kv_chunk
-        origin_input_ids=[0] * case.length,
+    rid = f"{_health_check_prefix()}r0" if case.health_check else "r0"
+    fields: dict[str, Any] = dict(
         extend_end=0,
-        kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
-        req_pool_idx=case.req_pool_idx,  # 0.5.18 and earlier keep it on the request (req.kv from 0.5.19)
         disagg_kv_sender=sender,
         pending_bootstrap=True,
         metadata_buffer_index=case.aux_index if case.held_buffer else -1,
-        time_stats=SimpleNamespace(
-            set_bootstrap_done_time=lambda: None,
-            set_wait_queue_entry_time=lambda: None,
-            trace_ctx=SimpleNamespace(abort=lambda **kw: None),  # a failed bootstrap's trace (0.5.10-0.5.12)
-        ),
-        prefill_attempt_count=0,
-        is_retracted=False,
-        return_logprob=False,
-        add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.9)
         prefix_len=(case.early_prefix or 0) + case.host_hit_length,
         host_hit_length=case.host_hit_length,
         **case.extra,  # registered request fields
@@ -498,6 +486,30 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         disagg_decode_prefix_len=0,
         extend_range=None,  # 0.5.21's chunk (extend_range.end its end), set with extend_end below
     )
+    req: Any
+    if owns_request_layout():  # SGLang's own Req, its ReqKvInfo, time stats and defaults (0.5.22 on)
+        req = release_request(rid, case.length, bootstrap_room=room)
+        req.kv.req_pool_idx = case.req_pool_idx
+        for name, value in fields.items():
+            setattr(req, name, value)
+    else:
+        req = SimpleNamespace(
+            rid=rid,
+            bootstrap_room=room,  # logged by the older releases' send_kv_chunk
+            origin_input_ids=[0] * case.length,
+            kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
+            req_pool_idx=case.req_pool_idx,  # 0.5.18 and earlier keep it on the request (req.kv from 0.5.19)
+            time_stats=SimpleNamespace(
+                set_bootstrap_done_time=lambda: None,
+                set_wait_queue_entry_time=lambda: None,
+                trace_ctx=SimpleNamespace(abort=lambda **kw: None),  # a failed bootstrap's trace (0.5.10-0.5.12)
+            ),
+            prefill_attempt_count=0,
+            is_retracted=False,
+            return_logprob=False,
+            add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.9)
+            **fields,
+        )
     # 0.5.21 counts the cached prefix in prefix_indices (prefix_len from 0.5.22)
     req.prefix_indices = torch.zeros(req.prefix_len, dtype=torch.int64)
     assert getattr(sender, "supports_host_tensor_indices", False) == case.host_tensor_indices, type(sender)

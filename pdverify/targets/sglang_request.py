@@ -1,14 +1,17 @@
-"""SGLang's own request class for the requests ``prepare_for_prebuilt`` reads on the ``sglang`` target.
+"""SGLang's own request class for the requests the ``sglang`` target's drivers hand to SGLang.
 
-``sglang_request(model_request)`` builds the installed release's ``Req`` through its own constructor
-(``Req(rid, text, prompt, SamplingParams(...))``, the four leading parameters every release from 0.4.4.post2 to
-0.5.23 has), with the prompt instrument over it (``pdverify.targets.layouts.guarded_class``). The layout then places
-the position fields; whatever the release's ``Req`` computes itself (``extend_len`` from 0.5.22, its ``ReqKvInfo``,
-its ``ReqLogprob``, every default the batch preparation may read) is the release's own.
+``sglang_request(model_request)`` (``prepare_for_prebuilt``, every release) builds the installed release's ``Req``
+through its own constructor (``Req(rid, text, prompt, SamplingParams(...))``, the four leading parameters every
+release from 0.4.4.post2 to 0.5.23 has), with the prompt instrument over it (``layouts.guarded_class``). The layout
+then places the position fields; whatever the release's ``Req`` computes itself (``extend_len`` from 0.5.22, its
+``ReqKvInfo``, its ``ReqLogprob``, every default the batch preparation may read) is the release's own.
+``release_request`` builds one for the scheduler drivers where the release's ``Req`` has the layout they fill
+(``owns_request_layout``: 0.5.22 on).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from array import array
 from typing import Any
@@ -27,3 +30,23 @@ def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance v
 
     prompt = array("q", request.origin_input_ids)
     return guarded_class(Req)(f"pdverify-{next(_RIDS)}", "", prompt, SamplingParams(max_new_tokens=16))
+
+
+def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
+    """Whether the installed release's ``Req`` is of the layout the scheduler drivers fill field by field: its KV
+    bookkeeping in a ``ReqKvInfo`` and ``extend_len`` a property over ``prefix_len`` and ``extend_end`` (0.5.22 on).
+    Before, the drivers keep a namespace of the fields each era reads."""
+    from sglang.srt.managers import schedule_batch
+
+    return hasattr(schedule_batch, "ReqKvInfo") and isinstance(
+        inspect.getattr_static(schedule_batch.Req, "extend_len", None), property
+    )
+
+
+def release_request(rid: str, length: int, **bootstrap: Any) -> Any:  # pragma: no cover - conformance venv
+    """The installed release's own ``Req`` for a driver: a ``length``-token prompt (an int64 array), the release's
+    defaults for everything else, ``bootstrap`` (``bootstrap_room``, ...) passed to its constructor."""
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    return Req(rid, "", array("q", [0] * length), SamplingParams(max_new_tokens=16), **bootstrap)
