@@ -12,9 +12,11 @@ The objects around them are small stand-ins built from a ``PrefillCase``: a
 scheduler subclass without ``__init__``, a bootstrap queue subclass, a request, and a KV manager whose
 ``add_transfer_request`` records each transfer.
 
-The globals the code reads are patched for the call only and restored after it, also on error:
-``prefill.get_schedule`` (the staging grid's ``chunked_prefill_size``); ``get_parallel().num_dp_ranks`` is
-overridden while the sender is built. The host-tensor path (a sender with ``supports_host_tensor_indices``, as
+The server's configuration: from 0.5.22 the exchange runs under SGLang's own runtime context for a prefill scheduler
+(``sglang_context.published``: the case's ``chunked_prefill_size`` and request tracing set through the bags'
+``override``); before, ``prefill.get_schedule`` and ``conn.get_observability`` are patched for the call only and
+restored after it, also on error. ``get_parallel().num_dp_ranks`` is overridden (its own ``override``) while the
+sender is built. The host-tensor path (a sender with ``supports_host_tensor_indices``, as
 Mooncake's) needs CUDA for three calls: without CUDA, ``prefill.torch`` is ``TorchWithoutCuda`` for the call.
 """
 
@@ -37,6 +39,7 @@ import torch
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
+from pdverify.targets.sglang_context import published
 from pdverify.targets.sglang_request import owns_request_layout, release_request
 
 
@@ -409,6 +412,22 @@ def _extend_range(start: int, end: int) -> Any:  # pragma: no cover - conformanc
 
 
 def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # pragma: no cover - conformance venv
+    """The prefill exchange of ``case``. Where the release has a runtime context (0.5.22 on) it runs under the context
+    SGLang's own ``ServerArgs`` make for a prefill scheduler (``sglang_context``: every leaf at the server's
+    default), the case's chunked-prefill size and request tracing set through the bags' own ``override``; before,
+    ``prefill.get_schedule`` and ``conn.get_observability`` are patched (``_patched_schedule``,
+    ``_bootstrap_world``)."""
+    leaves: dict[str, dict[str, Any]] = {"get_observability": {"enable_trace": case.trace_requests}}
+    if case.chunked_prefill_size is not None:
+        leaves["get_schedule"] = {"chunked_prefill_size": case.chunked_prefill_size}
+    own = published("prefill", leaves)
+    if own is None:
+        return _exchange(case, device, config_published=False)
+    with own:
+        return _exchange(case, device, config_published=True)
+
+
+def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> PrefillTrace:  # pragma: no cover
     from sglang.srt.disaggregation import prefill
 
     room = case.bootstrap_room
@@ -417,7 +436,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     state_types = _state_types(case.state_types)
     manager.kv_args.state_types = state_types  # as the pool registers them
     registrations: list[tuple[int, int]] = []
-    with _bootstrap_world(case, manager, room, registrations) as bootstrap:
+    with _bootstrap_world(case, manager, room, registrations, patch_trace=not config_published) as bootstrap:
         # a decode prefix reaches NIXL's sender on 0.5.11 (the backend its server requires for one)
         nixl = prefix_sender_is_nixl(case.decode_prefix, release_with_prefix("prefill_exchange", case.decode_prefix))
         sender = _common_sender(manager, room, case, nixl=nixl, bootstrap=bootstrap)
@@ -518,7 +537,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     shim = (case.host_tensor_indices or case.overlap) and not torch.cuda.is_available()
     with (
         checksum_kernel,
-        _patched_schedule(prefill, case.chunked_prefill_size),
+        _patched_schedule(prefill, None if config_published else case.chunked_prefill_size),
         mock.patch.object(prefill, "torch", TorchWithoutCuda()) if shim else contextlib.nullcontext(),
         # all-CP-ranks filtering reads it at send time (DSA cache layer split: off, one cache per rank)
         _parallel_override(
@@ -745,14 +764,15 @@ def _bootstrap_server() -> Any:  # pragma: no cover - conformance venv
 
 @contextmanager
 def _bootstrap_world(
-    case: PrefillCase, manager: Any, room: int, registrations: list[tuple[int, int]]
+    case: PrefillCase, manager: Any, room: int, registrations: list[tuple[int, int]], *, patch_trace: bool = True
 ) -> Iterator[str]:  # pragma: no cover - conformance venv
     """What ``CommonKVSender.__init__`` meets besides its manager, for the call only: SGLang's own
     ``DeferredBootstrap`` with the case's room fresh, opened by another sender or cancelled; SGLang's own bootstrap
     server (``_bootstrap_server``), whose address it yields for the sender: each DP registration the sender posts goes
     to it through ``requests`` and counts in ``registrations`` as the server answered it and as decode's own query
     (``CommonKVReceiver.query_prefill_dp_ranks``) reads the room's rank back; request tracing switched on for the
-    sender's module (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off)."""
+    sender's module (``TraceReqContext`` is SGLang's: without an OpenTelemetry exporter it reports tracing off) -
+    with ``patch_trace`` through a patched ``conn.get_observability``, else as the published context has it."""
     import requests
 
     if case.deferred_room is not None:  # 0.5.22 on (#40703: the input feature ``allocation_policy``)
@@ -800,7 +820,9 @@ def _bootstrap_world(
         # read by 0.5.23's sender; 0.5.22's reads the manager's enable_trace
         mock.patch.object(
             conn, "get_observability", lambda: SimpleNamespace(enable_trace=case.trace_requests), create=True
-        ),  # fmt: skip
+        )
+        if patch_trace
+        else contextlib.nullcontext(),  # fmt: skip
     ):
         yield address
     server.room_to_dp_rank.pop(room, None)
