@@ -109,7 +109,7 @@ def _engine(sg: Any, case: ChecksumCase, buffers: _Buffers, side: str, row: int)
         pool, allocator = _state_pool(sg, case, size, rows), None
     if allocator is None:  # every pool but a hybrid SWA one pages through the paged allocator
         allocator = sg.PagedTokenToKVPoolAllocator(size, page_size=ps, dtype=dtype, device="cpu", kvcache=pool,
-                                                   need_sort=False)  # fmt: skip
+                                                   need_sort=True)  # fmt: skip
     rows.req_to_token[row, : len(pages) * ps] = torch.tensor([p * ps + o for p in pages for o in range(ps)],
                                                              dtype=torch.int32)  # fmt: skip
     kv_args = SimpleNamespace()
@@ -150,7 +150,7 @@ def _mha_pool(
     size_swa = max(swa_pages) * ps
     pool = sg.SWAKVPool(size=size, size_swa=size_swa, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
                         token_to_kv_pool_class=pool_class, **shape)  # fmt: skip
-    allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=False)
+    allocator = sg.SWATokenToKVPoolAllocator(size, size_swa, ps, dtype, "cpu", pool, need_sort=True)
     for full, swa in zip(pages, swa_pages, strict=True):  # the row's SWA slots (state injection)
         allocator.full_to_swa_index_mapping[full * ps : (full + 1) * ps] = torch.arange(swa * ps, (swa + 1) * ps)
     return pool, allocator

@@ -86,7 +86,7 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     if not hasattr(PagedTokenToKVPoolAllocator, "alloc"):  # to 0.4.4.post4: paged allocation is not wired up yet
         return _token_allocator(free_pages, page_size, kvcache)
     pool_pages = max(free_pages, default=0) + 1
-    sort = {"need_sort": False} if "need_sort" in inspect.signature(PagedTokenToKVPoolAllocator).parameters else {}
+    sort = {"need_sort": True} if "need_sort" in inspect.signature(PagedTokenToKVPoolAllocator).parameters else {}
     allocator: Any = PagedTokenToKVPoolAllocator(pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache,
                                                  **sort)  # fmt: skip
     allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
@@ -549,9 +549,12 @@ def _real_tree(case: DecodeCase, req_pool: Any, allocator: Any, evicted: list[in
     own_evict = tree.evict_for_alloc
 
     def free_pages() -> list[int]:
-        """The allocator's free pages, in the order it hands them out (its release list after its free list)."""
-        lists = [getattr(allocator, name, None) for name in ("free_pages", "release_pages")]
-        return [int(p) for pages in lists if pages is not None for p in pages.tolist()]
+        """The allocator's free pages: its free list, then the pages freed since its last merge (a PD server's
+        allocator sorts them in only when an allocation runs short - ``need_sort``: ``release_pages`` to 0.5.22, a
+        list of ``staged_pages`` from 0.5.23)."""
+        found = [getattr(allocator, name, None) for name in ("free_pages", "release_pages")]
+        lists = [pages for pages in found if pages is not None] + list(getattr(allocator, "staged_pages", None) or [])
+        return [int(p) for pages in lists for p in pages.tolist()]
 
     def evict_for_alloc(params: Any) -> Any:
         before = set(free_pages())
@@ -655,7 +658,7 @@ def _hybrid_swa_pool(
     kvcache.swa_req_ring_size, kvcache.full_to_swa_index_mapping = None, None
     full_pages, swa_pages = max(free_pages, default=0) + 1, max(swa_free_pages, default=0) + 1
     allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu", kvcache=kvcache,
-                                          need_sort=False)  # fmt: skip
+                                          need_sort=True)  # fmt: skip
     for side, free in ((allocator.full_attn_allocator, free_pages), (allocator.swa_attn_allocator,
                                                                      swa_free_pages)):  # fmt: skip
         pool: Any = side
