@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -22,6 +23,17 @@ from pdverify.validation import require_int, require_page_size
 
 PADDING_PAGE = 0
 """The physical page the allocator never hands out; unwritten slots point into it."""
+
+
+class PageAllocator(Protocol):
+    """What a property that allocates pages itself needs of an allocator (``PagedAllocator``, or a target's own)."""
+
+    @property
+    def free_pages(self) -> int: ...
+
+    def alloc(self, count: int) -> list[int]: ...
+
+    def free(self, pages: Sequence[int]) -> None: ...
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """M1: a model of the whole PD exchange, driven through random event sequences.
 
-Two paged KV pools (prefill, decode) are real tensors with their allocators (page 0 reserved) and
+Two paged KV pools (prefill, decode) are real tensors with their allocators (page 0 reserved; the target's own
+allocator where it brings one - ``Target.page_allocator``, SGLang's on the ``sglang`` target) and
 request-to-token tables. Prefill computes KV chunk by chunk and sends each chunk through the target's
 ``send_kv_chunk``; a simulated transfer copies page contents pair by pair into the destination pages decode
 registered through the target's ``decode_page_indices``; decode then runs the target's
@@ -27,7 +28,7 @@ from hypothesis.stateful import (
 )
 
 from pdverify.model.batch import PrebuiltBatch, Request
-from pdverify.model.layout import PagedAllocator, token_locations
+from pdverify.model.layout import PageAllocator, PagedAllocator, token_locations
 from pdverify.production.transfer import PrefillSendState
 from pdverify.properties.registry import EXAMPLES, ExampleClock, count_example, note_event, prop
 from pdverify.properties.releases import DOMAIN
@@ -86,8 +87,9 @@ class PDMachine(RuleBasedStateMachine):
         pages_d = list(range(1, POOL_PAGES))
         order.shuffle(pages_p)  # type: ignore[attr-defined]
         order.shuffle(pages_d)  # type: ignore[attr-defined]
-        self.alloc_p = PagedAllocator(POOL_PAGES, ps, pages_p)
-        self.alloc_d = PagedAllocator(POOL_PAGES, ps, pages_d)
+        make = self.target.page_allocator or PagedAllocator  # the target's own allocator where it brings one
+        self.alloc_p: PageAllocator = make(POOL_PAGES, ps, pages_p)
+        self.alloc_d: PageAllocator = make(POOL_PAGES, ps, pages_d)
         self.width = WIDTH_PAGES * ps
         dev = self.device
         self.kv_p = torch.zeros(POOL_PAGES * ps, dtype=torch.int64, device=dev)

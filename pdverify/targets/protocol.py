@@ -21,6 +21,7 @@ import torch
 from pdverify.model.batch import Request
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
+from pdverify.model.layout import PageAllocator
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.page_index import PageIndices
@@ -202,6 +203,10 @@ class Target:
     kv_checksum: KvChecksum | None = None
     layout: str = "sglang-0.5.23"
     sampling_info_path: str | None = None
+    page_allocator: Callable[[int, int, list[int]], PageAllocator] | None = None
+    """Builds the implementation's own paged KV allocator - ``(num_pages, page_size, free_order)``: pages ``1 ..
+    num_pages - 1``, handed out in ``free_order`` first - for the properties that allocate pages themselves (M1);
+    None: ``pdverify.model.layout.PagedAllocator``."""
     request_factory: Callable[[Request], Any] | None = None
     """Builds the implementation's own request object for a model request (an instance of
     ``pdverify.targets.layouts.guarded_class(its class)``); None: duck requests (``DuckRequest``)."""
