@@ -23,12 +23,9 @@ def _m1(target: Any) -> Any:
 
 
 def _target() -> Any:
-    from pdverify.properties.releases import bind_release
-    from pdverify.targets import load_target
+    from tests.sglang_release import release_target
 
-    target = load_target("sglang")
-    bind_release(target.release)
-    return target
+    return release_target()
 
 
 def test_m1_pages_through_sglangs_own_allocator(monkeypatch: pytest.MonkeyPatch) -> None:

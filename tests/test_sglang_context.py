@@ -37,14 +37,13 @@ def test_the_prefill_exchange_reads_the_case_through_the_published_context(monke
     """From 0.5.22 the exchange runs under SGLang's own context for a prefill scheduler: the case's chunked-prefill
     size reaches the release's code through the schedule bag alone (no patched getter), so S12 (the staging grid the
     size sets) fails when the published value is doubled and passes as published."""
-    from pdverify.properties.releases import bind_release
     from pdverify.runner import load_properties, run_property
-    from pdverify.targets import load_target, sglang_context, sglang_prefill
+    from pdverify.targets import sglang_context, sglang_prefill
+    from tests.sglang_release import release_target
 
     if sglang_context.context("prefill") is None:
         pytest.skip("this release publishes no runtime context (before 0.5.22): the flags are patched in")
-    target = load_target("sglang")
-    bind_release(target.release)
+    target = release_target()
     s12 = load_properties()["S12"]
     assert run_property(s12, target).status == "passed"
     own = sglang_context.published

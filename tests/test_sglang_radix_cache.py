@@ -19,14 +19,11 @@ radix = pytest.importorskip("sglang.srt.mem_cache.unified_radix_cache", reason="
 
 
 def _run(property_id: str, case: Any) -> None:
-    from pdverify.properties.releases import bind_release
     from pdverify.runner import load_properties
-    from pdverify.targets import load_target
+    from tests.sglang_release import release_target
 
-    target = load_target("sglang")
-    bind_release(target.release)
     test: Any = load_properties()[property_id].test
-    test.hypothesis.inner_test(target=target, device="cpu", case=case)  # the property's body, once
+    test.hypothesis.inner_test(target=release_target(), device="cpu", case=case)  # the property's body, once
 
 
 def _pressure() -> Any:

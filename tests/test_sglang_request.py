@@ -17,12 +17,9 @@ schedule_batch = pytest.importorskip("sglang.srt.managers.schedule_batch", reaso
 
 
 def _target() -> Any:
-    from pdverify.properties.releases import bind_release
-    from pdverify.targets import load_target
+    from tests.sglang_release import release_target
 
-    target = load_target("sglang")
-    bind_release(target.release)
-    return target
+    return release_target()
 
 
 def test_the_requests_are_sglangs_own() -> None:

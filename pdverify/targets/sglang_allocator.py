@@ -11,7 +11,6 @@ are sorted into the free list when an allocation runs short, as on a PD server.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,23 +21,14 @@ class SGLangPages:  # pragma: no cover - conformance venv
     """The release's own KV allocator over pages ``1 .. num_pages - 1`` (page 0 reserved), page by page."""
 
     def __init__(self, num_pages: int, page_size: int, free_order: Sequence[int]) -> None:
-        from pdverify.targets.sglang_decode import _allocator, _release_class
+        from pdverify.targets.sglang_decode import _allocator, _token_allocator
 
-        order = list(free_order)
+        order = tuple(free_order)
         if sorted(order) != list(range(1, num_pages)):
             raise ValueError(f"free_order must be a permutation of pages 1..{num_pages - 1} (page 0 is reserved)")
         self.page_size = page_size
-        if page_size > 1:
-            self.own: Any = _allocator(tuple(order), page_size, None)
-            return
         # page size 1: the token-level allocator, the one a server builds there
-        token = _release_class("TokenToKVPoolAllocator", "allocator.token", "allocator", "memory_pool")
-        sort = {"need_sort": True} if "need_sort" in inspect.signature(token).parameters else {}
-        self.own = token(num_pages, torch.int64, "cpu", None, **sort)
-        free = "free_pages" if hasattr(self.own, "free_pages") else "free_slots"  # free_slots to 0.5.x
-        setattr(self.own, free, torch.tensor(order, dtype=torch.int64))
-        if hasattr(self.own, "release_pages"):
-            self.own.release_pages = torch.empty((0,), dtype=torch.int64)
+        self.own: Any = (_allocator if page_size > 1 else _token_allocator)(order, page_size, None)
 
     @property
     def free_pages(self) -> int:

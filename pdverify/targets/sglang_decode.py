@@ -33,6 +33,7 @@ from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueC
 from pdverify.targets.protocol import ServerRefuses
 from pdverify.targets.sglang_context import published
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
+from pdverify.targets.sglang_request import owns_request_layout, release_request
 
 
 def _release_modules(*names: str) -> Iterator[Any]:
@@ -100,13 +101,19 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
 
 
 def _token_allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any:
-    """SGLang's token-level KV allocator (``TokenToKVPoolAllocator``), the one decode allocates from before paged
-    allocation (0.4.4.post2-0.4.4.post4, page size 1 only), handing out ``free_pages`` in that order."""
-    TokenToKVPoolAllocator = _release_class("TokenToKVPoolAllocator", "memory_pool")  # allocator.py from 0.4.5
+    """SGLang's token-level KV allocator (``TokenToKVPoolAllocator``: the one decode allocates from before paged
+    allocation, 0.4.4.post2-0.4.4.post4, and the one a server builds at page size 1), page size 1 only, handing out
+    ``free_pages`` in that order; with ``need_sort`` as a PD server builds it where the release has the switch. Its
+    free list is ``free_slots`` to 0.5.x, ``free_pages`` after."""
+    TokenToKVPoolAllocator = _release_class("TokenToKVPoolAllocator", "allocator.token", "allocator", "memory_pool")
     if page_size != 1:
         raise ValueError(f"page_size={page_size}: this release allocates token slots only (page size 1)")
-    allocator: Any = TokenToKVPoolAllocator(max(free_pages, default=0) + 1, torch.int64, "cpu", kvcache)
-    allocator.free_slots = torch.tensor(free_pages, dtype=torch.int64)
+    sort = {"need_sort": True} if "need_sort" in inspect.signature(TokenToKVPoolAllocator).parameters else {}
+    allocator: Any = TokenToKVPoolAllocator(max(free_pages, default=0) + 1, torch.int64, "cpu", kvcache, **sort)
+    setattr(allocator, "free_pages" if hasattr(allocator, "free_pages") else "free_slots",
+            torch.tensor(free_pages, dtype=torch.int64))  # fmt: skip
+    if hasattr(allocator, "release_pages"):
+        allocator.release_pages = torch.empty((0,), dtype=torch.int64)
     return allocator
 
 
@@ -574,16 +581,11 @@ def _real_request(case: DecodeCase) -> Any:  # pragma: no cover - conformance ve
 def _sglang_request(  # pragma: no cover - conformance venv
     rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8
 ) -> Any:
-    """SGLang's own ``Req`` (0.5.22 on): prompt tokens ``PROMPT_TOKEN + i`` (an int64 array, as the tokenizer hands
-    them over; the radix tree's keys), ``output_len`` outputs, a bootstrap on a real prefill host, the adapter."""
-    from array import array
-
-    from sglang.srt.managers.schedule_batch import Req
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
-    prompt = array("q", [PROMPT_TOKEN + i for i in range(length)])
-    req = Req(rid, "", prompt, SamplingParams(max_new_tokens=max_new_tokens), lora_id=lora,
-              bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
+    """SGLang's own ``Req`` (0.5.22 on): prompt tokens ``PROMPT_TOKEN + i`` (the radix tree's keys), ``output_len``
+    outputs, a bootstrap on a real prefill host, the adapter."""
+    prompt = [PROMPT_TOKEN + i for i in range(length)]
+    req = release_request(rid, prompt, max_new_tokens=max_new_tokens, lora_id=lora,
+                          bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
     req.output_ids.extend([0] * output_len)
     return req
 
@@ -893,7 +895,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def stream_output(reqs: Any, logprob: Any) -> None:
         streamed.extend(r.rid for r in reqs)
 
-    real = hasattr(decode, "match_kv_cache")  # SGLang's own Req, from 0.5.22 (as the pre-allocation driver's)
+    real = owns_request_layout()  # SGLang's own Req, from 0.5.22 (as the prefill exchange's)
     running = [
         _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS, real=real)
         for k, (tokens, lora) in enumerate(case.running)

@@ -507,7 +507,7 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
     )
     req: Any
     if owns_request_layout():  # SGLang's own Req, its ReqKvInfo, time stats and defaults (0.5.22 on)
-        req = release_request(rid, case.length, bootstrap_room=room)
+        req = release_request(rid, [0] * case.length, bootstrap_room=room)
         req.kv.req_pool_idx = case.req_pool_idx
         for name, value in fields.items():
             setattr(req, name, value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 from pdverify.model.batch import Request
@@ -23,13 +24,10 @@ _RIDS = itertools.count()
 
 
 def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance venv
-    """The installed release's own ``Req`` for ``request``: its prompt an int64 array (as the tokenizer hands it
-    over), its sampling parameters the release's own defaults."""
+    """The installed release's own ``Req`` for ``request``, under the prompt guard (``guarded_class``)."""
     from sglang.srt.managers.schedule_batch import Req
-    from sglang.srt.sampling.sampling_params import SamplingParams
 
-    prompt = array("q", request.origin_input_ids)
-    return guarded_class(Req)(f"pdverify-{next(_RIDS)}", "", prompt, SamplingParams(max_new_tokens=16))
+    return release_request(f"pdverify-{next(_RIDS)}", request.origin_input_ids, request_class=guarded_class(Req))
 
 
 def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
@@ -43,10 +41,14 @@ def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
     )
 
 
-def release_request(rid: str, length: int, **bootstrap: Any) -> Any:  # pragma: no cover - conformance venv
-    """The installed release's own ``Req`` for a driver: a ``length``-token prompt (an int64 array), the release's
-    defaults for everything else, ``bootstrap`` (``bootstrap_room``, ...) passed to its constructor."""
+def release_request(  # pragma: no cover - conformance venv
+    rid: str, prompt: Sequence[int], *, max_new_tokens: int = 16, request_class: Any = None, **fields: Any
+) -> Any:
+    """The installed release's own ``Req`` (or ``request_class``, a subclass of it) built by its constructor: the
+    prompt an int64 array (as the tokenizer hands it over), ``max_new_tokens`` its sampling parameters' one setting,
+    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor, the release's defaults for the rest."""
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    return Req(rid, "", array("q", [0] * length), SamplingParams(max_new_tokens=16), **bootstrap)
+    make = Req if request_class is None else request_class
+    return make(rid, "", array("q", prompt), SamplingParams(max_new_tokens=max_new_tokens), **fields)
