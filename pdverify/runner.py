@@ -16,7 +16,13 @@ from hypothesis import settings
 from pdverify.local_constants import pin_local_constants
 from pdverify.plugin import refusals_discarded
 from pdverify.profiles import restoring_default_profile  # importing it registers the profiles
-from pdverify.properties.registry import EXAMPLES, PropertyInfo, discarded_message, reset_examples
+from pdverify.properties.registry import (
+    EXAMPLES,
+    PropertyInfo,
+    all_discarded,
+    discarded_message,
+    reset_examples,
+)
 from pdverify.targets import Target
 
 
@@ -65,7 +71,7 @@ def run_property(
     except BaseException as exc:  # a property failure or an exception raised inside the target
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        if 0 < EXAMPLES.examples == EXAMPLES.refused + EXAMPLES.outside:  # Hypothesis gave up: all discarded
+        if all_discarded(EXAMPLES.examples, EXAMPLES.outside, EXAMPLES.refused):  # Hypothesis gave up
             return _all_discarded(info.id, time.perf_counter() - start)
         return PropertyRun(
             info.id,
@@ -82,7 +88,7 @@ def run_property(
             test._hypothesis_internal_use_seed = saved_seed
             EXAMPLES.seed = None
     seconds = time.perf_counter() - start
-    if 0 < EXAMPLES.examples == EXAMPLES.refused + EXAMPLES.outside:
+    if all_discarded(EXAMPLES.examples, EXAMPLES.outside, EXAMPLES.refused):
         return _all_discarded(info.id, seconds)
     return PropertyRun(info.id, "passed" if EXAMPLES.examples else "no examples", EXAMPLES.examples, seconds)
 

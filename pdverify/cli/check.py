@@ -28,7 +28,7 @@ from pdverify.cli.render import Progress, compact, id_order, render_table, termi
 from pdverify.cli.report import PropertyResult, build_report, version_of, write_report
 from pdverify.plugin import NOT_APPLICABLE
 from pdverify.profiles import PROFILES, restoring_default_profile
-from pdverify.properties.registry import EXAMPLES, PROPERTIES, discarded_message
+from pdverify.properties.registry import EXAMPLES, PROPERTIES, all_discarded, discarded_message
 from pdverify.runner import load_properties
 from pdverify.targets import FUNCTIONS, Target
 
@@ -101,7 +101,7 @@ class Collector:
                 props.get("pdverify_status") or ("not applicable" if NOT_APPLICABLE in reason else "skipped")
             )
             res.message = reason
-        elif report.failed and report.when == "call" and 0 < res.examples == res.refused + res.outside:
+        elif report.failed and report.when == "call" and all_discarded(res.examples, res.outside, res.refused):
             res.status = "no examples"
             res.message = discarded_message(res.examples, res.outside, res.refused, props.get("pdverify_refusal", ""))
         elif report.failed:

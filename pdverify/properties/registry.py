@@ -228,6 +228,12 @@ class ExampleClock:
             limit.__exit__(None, None, None)
 
 
+def all_discarded(examples: int, outside: int, refused: int) -> bool:
+    """Every one of ``examples`` (at least one) was discarded - ``outside`` the release's domain or ``refused`` by its
+    server: the property has no verdict (Hypothesis gives up, or stops with no example run)."""
+    return 0 < examples == outside + refused
+
+
 def discarded_message(examples: int, outside: int, refused: int, refusal: str) -> str:
     """Why a property that ran ``examples`` has no verdict: every one was discarded (``outside`` the target release's
     domain, ``refused`` by its server for ``refusal``)."""
