@@ -57,10 +57,11 @@ def test_a_planted_prompt_read_through_the_real_request_fails(pid: str, how: str
     assert got.status == "failed" and seen in got.message, got.message
 
 
-@pytest.mark.parametrize("pid", ["S9", "Q2"])
+@pytest.mark.parametrize("pid", ["S9", "Q2", "K2", "P9"])
 def test_the_scheduler_drivers_hand_sglang_its_own_requests(pid: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """From 0.5.22 (``owns_request_layout``) the prefill exchange and the decode queue build SGLang's own ``Req``
-    (its ``ReqKvInfo``, time stats and defaults) where namespaces stood; before, the namespaces of each era stay."""
+    """From 0.5.22 (``owns_request_layout``) the prefill exchange, the decode queue, the bootstrap unit (K2) and the
+    function-level ``send_kv_chunk`` unit (P9) build SGLang's own ``Req`` (its ``ReqKvInfo``, time stats and
+    defaults) where namespaces stood; before, the namespaces of each era stay."""
     from pdverify.runner import load_properties, run_property
     from pdverify.targets.sglang_request import owns_request_layout
 

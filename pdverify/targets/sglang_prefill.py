@@ -341,12 +341,22 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
         prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
         ring_size=1, set_buf=[],
     )  # fmt: skip
-    req: Any = SimpleNamespace(
-        rid="r0", origin_input_ids=[0] * state.origin_len, extend_end=extend_end,
-        extend_range=SimpleNamespace(end=extend_end),  # the 0.5.21 spelling of extend_end
-        kv=SimpleNamespace(req_pool_idx=state.req_pool_idx), disagg_kv_sender=sender,
-        start_send_idx=state.start_send_idx, disagg_decode_prefix_len=state.decode_prefix_len,
+    fields: dict[str, Any] = dict(
+        extend_end=extend_end, disagg_kv_sender=sender, start_send_idx=state.start_send_idx,
+        disagg_decode_prefix_len=state.decode_prefix_len,
     )  # fmt: skip
+    req: Any
+    if owns_request_layout():  # SGLang's own Req (0.5.22 on): its ReqKvInfo and defaults; the chunk's fields set
+        req = release_request("r0", [0] * state.origin_len)
+        req.kv.req_pool_idx = state.req_pool_idx
+        for name, value in fields.items():
+            setattr(req, name, value)
+    else:
+        req = SimpleNamespace(
+            rid="r0", origin_input_ids=[0] * state.origin_len, kv=SimpleNamespace(req_pool_idx=state.req_pool_idx),
+            extend_range=SimpleNamespace(end=extend_end),  # the 0.5.21 spelling of extend_end
+            **fields,
+        )  # fmt: skip
     sched._send_kv_chunk(req, last_chunk=last_chunk)
     new_state = replace(state, start_send_idx=req.start_send_idx, curr_idx=sender.curr_idx)
     if not manager.raw:
@@ -988,18 +998,24 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
     buffers = _BufferPool(case.aux_index, busy_polls=0)
     buffers.poll()
     allocator = SimpleNamespace(page_size=case.page_size)
-    req: Any = SimpleNamespace(
-        rid="r0",
-        bootstrap_room=case.room,
-        origin_input_ids=[0] * case.length,
-        disagg_kv_sender=sender,
-        pending_bootstrap=True,
-        metadata_buffer_index=-1,
-        time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
-        start_send_idx=0,
+    fields: dict[str, Any] = dict(
+        disagg_kv_sender=sender, pending_bootstrap=True, metadata_buffer_index=-1, start_send_idx=0,
         disagg_decode_prefix_len=0,
-        add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.5)
-    )
+    )  # fmt: skip
+    req: Any
+    if owns_request_layout():  # SGLang's own Req (0.5.22 on): its time stats and defaults
+        req = release_request("r0", [0] * case.length, bootstrap_room=case.room)
+        for name, value in fields.items():
+            setattr(req, name, value)
+    else:
+        req = SimpleNamespace(
+            rid="r0",
+            bootstrap_room=case.room,
+            origin_input_ids=[0] * case.length,
+            time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
+            add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.5)
+            **fields,
+        )
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:
