@@ -40,17 +40,18 @@ def prefill_cases(
 ) -> st.SearchStrategy[PrefillCase]:
     """A request on the prefill side: a page size, a prompt of ``1..max_length`` tokens on fragmented distinct pages
     (half the lengths at a page boundary or one off it), a page-aligned decode prefix ``D`` anywhere in ``[0, L]``
-    (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk schedule,
-    one of plain sends / a DCP pack limit (a page multiple) / the staging grid (a ``chunked_prefill_size`` of 1-4
-    pages), an early cached-prefix send or none (half of them a page-aligned prefix in ``(D, L)``, the kind the code
-    sends; the rest any prefix below ``L``, which the code skips when unaligned or within ``D``), an int64
-    virtual-to-physical translation (a page table) or none, each page-strided state type on or off by its own coin
-    (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding window and its ring, the
-    request's row and its aux index; the KV checksum off or on (for a request or a health check); with an early send,
-    a HiCache host hit behind its device prefix or none. The first choice is a lean (``Choices.lean``): under one,
-    every option shrinks to on and the lengths to their page boundaries. With ``early_send``, every request whose
-    prompt reaches a page past ``D`` has an early send of the kind the code ships (a page-aligned prefix in
-    ``(D, L)``): for properties about what holds an early send back."""
+    (one time in four the largest: ``D == L``, a full decode hit, or the last page partly past it), a chunk
+    schedule, one of plain sends / a DCP pack buffer (its prefill buffer ceiling any of ``1..4 * page_size`` tokens,
+    the room's own decode peer relayouting or, half the time, a peer of prefill's DCP size) / the staging grid (a
+    ``chunked_prefill_size`` of 1-4 pages), an early cached-prefix send or none (half of them a page-aligned prefix
+    in ``(D, L)``, the kind the code sends; the rest any prefix below ``L``, which the code skips when unaligned or
+    within ``D``), an int64 virtual-to-physical translation (a page table) or none, each page-strided state type on
+    or off by its own coin (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding
+    window and its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health
+    check); with an early send, a HiCache host hit behind its device prefix or none. The first choice is a lean
+    (``Choices.lean``): under one, every option shrinks to on and the lengths to their page boundaries. With
+    ``early_send``, every request whose prompt reaches a page past ``D`` has an early send of the kind the code
+    ships (a page-aligned prefix in ``(D, L)``): for properties about what holds an early send back."""
     check_int("max_length", max_length)
     check_int("max_chunks", max_chunks, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -114,7 +115,9 @@ def draw_prefill_sends(
         row=tuple(token_locations(pages, n, ps)),
         chunk_ends=ends,
         req_pool_idx=c.integer(0, 3),
-        dcp_max_tokens=c.integer(1, 4) * ps if mode == "dcp" else None,
+        # the prefill buffer ceiling that sized the DCP pack buffer: chunked_prefill_size (a page multiple) or, chunked
+        # prefill off, max_prefill_tokens (any): the limit is it rounded up to a page
+        dcp_max_tokens=c.integer(1, 4 * ps) if mode == "dcp" else None,
         # staging's chunk size: a page multiple (SGLang's prefill refuses staging with any other)
         chunked_prefill_size=c.integer(1, 4, lean=1) * ps if mode == "staging" else None,
         early_prefix=early,
@@ -133,6 +136,9 @@ def draw_prefill_sends(
     # a host hit behind the device prefix
     if shared is None and early is not None and early + 1 < n and c.boolean(lean=True):
         case = replace(case, host_hit_length=c.integer(1, n - 1 - early))
+    # the room's peer has prefill's DCP size, the pack buffer another decode instance's (drawn after the rest)
+    if case.dcp_max_tokens is not None and c.boolean(lean=True):
+        case = replace(case, dcp_relayout=False)
     if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
         case = replace(case, extra=draw_fields(c))
     return case

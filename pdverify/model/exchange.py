@@ -99,7 +99,15 @@ class PrefillCase:
     """``req.extend_end`` after each prefill chunk, non-decreasing; the last is ``L`` (the last chunk)."""
     req_pool_idx: int = 1
     dcp_max_tokens: int | None = None
-    """The peer's DCP pack limit in tokens (a page multiple, as ``ceil_align`` makes it), or no limit."""
+    """Decode-context parallelism: a decode peer of this prefill needs a DCP relayout (an MLA model, decode's
+    ``--dcp-size`` above prefill's 1), so the KV manager sized its DCP pack buffer; this is the prefill buffer
+    ceiling that sized it, in tokens - ``chunked_prefill_size`` (a page multiple, as prefill requires), or, chunked
+    prefill off, ``max_prefill_tokens`` (any). The pack limit is it rounded up to a whole page (``ceil_align``).
+    None: no peer relayouts, no limit."""
+    dcp_relayout: bool = True
+    """With ``dcp_max_tokens``: the room's own decode peer is the one that relayouts, so its sends are split at the
+    pack limit. False: the room's peer has prefill's DCP size (another decode instance's relayout set the limit),
+    and its sends are not split."""
     chunked_prefill_size: int | None = None
     """Staging on (a positive multiple of the page size, as SGLang's prefill requires): the grid is
     ``max(1, chunked_prefill_size // page_size) * page_size``; None: staging off."""
@@ -216,10 +224,13 @@ class PrefillCase:
             or list(self.chunk_ends) != sorted(self.chunk_ends)
         ):
             raise ValueError(f"chunk_ends={self.chunk_ends} must be non-decreasing and end at length={self.length}")
-        if self.dcp_max_tokens is not None and (
-            self.dcp_max_tokens < self.page_size or self.dcp_max_tokens % self.page_size
-        ):
-            raise ValueError(f"dcp_max_tokens={self.dcp_max_tokens} must be a positive multiple of page_size")
+        if self.dcp_max_tokens is not None:
+            require_int("dcp_max_tokens", self.dcp_max_tokens, minimum=1)
+        if not self.dcp_relayout and self.dcp_max_tokens is None:
+            raise ValueError(
+                "dcp_relayout=False needs dcp_max_tokens: without a pack buffer no peer relayouts, and the flag "
+                "says nothing"
+            )
         if self.chunked_prefill_size is not None:
             require_int("chunked_prefill_size", self.chunked_prefill_size, minimum=1)
             if self.chunked_prefill_size % self.page_size:

@@ -704,6 +704,20 @@ def dummy_peer_hides_limit(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, dcp_max_tokens=None) if case.dummy_peer else case, device)
 
 
+@mutant("XB08", "prefill_exchange", "missing guard", "the DCP pack limit splits every room's sends, whatever its peer")
+def limit_for_every_peer(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, dcp_relayout=True), device)
+
+
+@mutant("XB09", "prefill_exchange", "wrong rounding", "the DCP pack limit is the raw ceiling, not rounded up to a page")
+def limit_not_page_aligned(case: PrefillCase, device: str) -> PrefillTrace:
+    def raw(c: PrefillCase) -> int | None:
+        return c.dcp_max_tokens if c.dcp_relayout else None
+
+    with mock.patch.object(port, "max_transfer_tokens", raw):
+        return port.prefill_exchange(case, device)
+
+
 # --- the KV sender and bootstrap as units ---------------------------------------------------------------------
 
 

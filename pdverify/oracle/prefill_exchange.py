@@ -70,3 +70,32 @@ def grid_boundaries(case: PrefillCase) -> set[int]:
     if grid is not None:
         return {case.decode_prefix + k * grid for k in range(case.length // grid + 2)}
     return set(range(0, case.length + 1, case.page_size))
+
+
+def pack_limit(case: PrefillCase) -> int | None:
+    """S12, S24: the most tokens one send may carry - the DCP pack buffer's size, the prefill buffer ceiling
+    rounded up to a whole page - where the room's own decode peer needs the DCP relayout; None where it does not
+    (no pack buffer, or the room's peer has prefill's DCP size)."""
+    if case.dcp_max_tokens is None or not case.dcp_relayout:
+        return None
+    pages = -(-case.dcp_max_tokens // case.page_size)
+    return pages * case.page_size
+
+
+def split_at_limit(sends: list[int], decode_prefix: int, limit: int) -> list[int]:
+    """S24: the token counts of ``sends`` (consecutive, from ``D``) once each is cut at every ``D + k * limit`` it
+    crosses; a send of no tokens stays one send."""
+    out: list[int] = []
+    start = decode_prefix
+    for n in sends:
+        end = start + n
+        if n == 0:
+            out.append(0)
+        cut = start
+        while cut < end:
+            boundary = decode_prefix + ((cut - decode_prefix) // limit + 1) * limit
+            nxt = min(end, boundary)
+            out.append(nxt - cut)
+            cut = nxt
+        start = end
+    return out

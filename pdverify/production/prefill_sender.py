@@ -7,9 +7,10 @@
   ``start_send_idx`` or is not page-aligned.
 * ``_send_kv_chunk``: ``[start_send_idx, end)``; a non-last chunk ends on an absolute page boundary (with
   staging: on the grid ``D + k * grid``); ``end < start`` is skipped; the last chunk computes the state payloads;
-  the range is split at ``D + k * limit`` when the peer has a DCP pack limit or staging is on
-  (``compute_grid_segments``); each segment is translated, paged and sent when it has pages or is the final
-  segment of the last chunk; state goes with that final segment only.
+  the range is split at ``D + k * limit`` (``compute_grid_segments``) when staging is on, or when the room's decode
+  peer needs a DCP relayout and the manager has a pack limit (``get_max_transfer_tokens``: the prefill buffer
+  ceiling rounded up to a page, ``_init_dcp_pack_buffers_once``); each segment is translated, paged and sent when
+  it has pages or is the final segment of the last chunk; state goes with that final segment only.
 * ``CommonKVSender``: ``send`` places a chunk at ``dst[curr_idx : curr_idx + n]``, flags it last when
   ``curr_idx`` reaches the initialised count, and forwards aux and state only then. With the ranks of a request
   sharing its transfer (``_prepare_send_indices``): a KV-sharded rank sends the pages it owns (``l % N``) as local
@@ -137,6 +138,16 @@ class CommonSender:
         )
 
 
+def max_transfer_tokens(case: PrefillCase) -> int | None:
+    """``CommonKVSender.get_max_transfer_tokens``: the manager's DCP pack limit - the prefill buffer ceiling rounded
+    up to a page (``_init_dcp_pack_buffers_once``'s ``ceil_align``) - where the room's decode peer needs a
+    relayout; None otherwise."""
+    if case.dcp_max_tokens is None or not case.dcp_relayout:
+        return None
+    ps = case.page_size
+    return (case.dcp_max_tokens + ps - 1) // ps * ps
+
+
 def grid_segments(start: int, end: int, base: int, grid: int) -> list[tuple[int, int]]:
     """``[start, end)`` split at ``base + k * grid``; an empty range is one empty segment."""
     if end <= start:
@@ -241,7 +252,7 @@ def send_kv_chunk(req: PrefillRequest, extend_end: int, *, last_chunk: bool, end
     if last_chunk:
         req.metadata_sets += 1
         state = state_payloads(req, min(extend_end, case.length))
-    limit = case.grid if case.grid is not None else case.dcp_max_tokens
+    limit = case.grid if case.grid is not None else max_transfer_tokens(case)
     segments = grid_segments(start, end, req.decode_prefix, limit) if limit is not None else [(start, end)]
     row = req.table[case.req_pool_idx]
     for s, e in segments:

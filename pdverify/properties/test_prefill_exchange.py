@@ -184,7 +184,7 @@ def test_s12_boundaries(target: Target, device: str, case: PrefillCase) -> None:
             assert end in allowed, (
                 f"a non-final send ends at token {end}, not on an allowed boundary: {_show(trace.transfers)}"
             )
-    limit = case.grid if case.grid is not None and grid else case.dcp_max_tokens if applies("boundaries") else None
+    limit = case.grid if case.grid is not None and grid else oracle.pack_limit(case) if applies("boundaries") else None
     if limit is not None:
         assert all((c or 0) <= limit for c in counts), f"a send of {max(c or 0 for c in counts)} tokens > {limit}"
 

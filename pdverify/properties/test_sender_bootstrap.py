@@ -8,7 +8,9 @@ the load balancer follows the room, where a rank other than ``room % DP`` fails 
 changes nothing the sender ships. S21: an early send switched off, or held back at the first batch (the request
 still bootstrapping, a HiCache load-back pending), ships nothing early: the request's transfers are those it
 makes without an early send. S22: bootstrap waits for a metadata buffer - no buffer, no bootstrap, nothing
-shipped; then exactly one bootstrap, and a request that holds a buffer keeps it.
+shipped; then exactly one bootstrap, and a request that holds a buffer keeps it. S23: a HiCache host hit behind the
+device prefix is not sent early. S24: the DCP pack limit (``get_max_transfer_tokens``) splits only the sends of a
+room whose own decode peer needs the relayout, each at ``D + k * ceil_align(ceiling, page_size)``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
 from pdverify.properties.releases import (
     DOMAIN,
@@ -253,4 +256,50 @@ def test_s23_host_hit_not_sent_early(target: Target, device: str, case: PrefillC
     assert _plain(got.transfers) == _plain(want.transfers), (
         f"with a host hit of {with_hit.host_hit_length} behind the device prefix {case.early_prefix} the request "
         f"shipped {_plain(got.transfers)}; with none {_plain(want.transfers)}"
+    )
+
+
+@example(case=replace(SPEC, chunk_ends=(10,)), ceiling=5, relayout=True)  # limit 8: [4, 10) stays one send
+@example(case=replace(SPEC, chunk_ends=(10,)), ceiling=3, relayout=True)  # limit 4: [4, 10) -> [4, 8) + [8, 10)
+@example(case=replace(SPEC, chunk_ends=(10,)), ceiling=3, relayout=False)  # another decode's limit: one send
+@prop(
+    "S24",
+    "the DCP pack limit splits only the sends of a room whose own decode peer needs the relayout (decode's DCP size "
+    "above prefill's): there each unlimited send is cut at every D + k * limit, the limit being the prefill buffer "
+    "ceiling rounded up to a page; a room whose peer has prefill's DCP size ships what it ships with no limit, "
+    "though another decode instance's relayout gave the manager one",
+    needs=NEEDS,
+    contract=FROM_DCP_PACK_LIMIT,
+    case=prefill_cases(),
+    ceiling=st.integers(1, 96),
+    relayout=st.booleans(),
+)
+def test_s24_pack_limit_only_for_relayout_peers(
+    target: Target, device: str, case: PrefillCase, ceiling: int, relayout: bool
+) -> None:
+    # the staging grid, where on, decides the split instead (S12); a rank split ships a share of each send (S17)
+    base = replace(case, dcp_max_tokens=None, dcp_relayout=True, chunked_prefill_size=None, rank_split=None)
+    limited = replace(base, dcp_max_tokens=ceiling, dcp_relayout=relayout)
+    note_event(f"S24 {'relayout peer' if relayout else 'matching-DCP peer'}")
+    got = _run(target, limited, device)
+    plain = _run(target, base, device)
+    limit = oracle.pack_limit(limited)
+    if limit is None:
+        assert _plain(got.transfers) == _plain(plain.transfers), (
+            f"the room's peer needs no relayout, yet with a pack buffer of {ceiling} tokens it shipped "
+            f"{_plain(got.transfers)}; with none {_plain(plain.transfers)}"
+        )
+        return
+    counts = [t.num_kv_tokens or 0 for t in got.transfers]
+    want = oracle.split_at_limit([t.num_kv_tokens or 0 for t in plain.transfers], base.decode_prefix, limit)
+    assert counts == want, (
+        f"a pack buffer of {ceiling} tokens (limit {limit} at page size {base.page_size}) split the sends "
+        f"{[t.num_kv_tokens for t in plain.transfers]} into {counts}, expected {want}"
+    )
+    assert [p for t in got.transfers for p in t.pages] == [p for t in plain.transfers for p in t.pages], (
+        f"the split sends ship {_plain(got.transfers)}, the unsplit {_plain(plain.transfers)}"
+    )
+    final, unsplit = got.transfers[-1], plain.transfers[-1]
+    assert (final.is_last, final.aux_index, final.state) == (unsplit.is_last, unsplit.aux_index, unsplit.state), (
+        f"the last split send carries {final}, the unsplit one {unsplit}"
     )

@@ -81,12 +81,11 @@ class _Manager:
                 self.attn_cp_rank, self.attn_cp_size = rank, size
                 self.is_dummy_cp_rank = rank != 0
         self.req_to_decode_prefix_len = {room: case.decode_prefix if case else 0}
-        self._dcp_pack_max_tokens = case.dcp_max_tokens if case else None
         peers = {"10.0.0.2:9000": SimpleNamespace(is_dummy=False)}
         if case is not None and case.dummy_peer:  # a dummy rank of decode's, listed before the real one
             peers = {"10.0.0.3:9000": SimpleNamespace(is_dummy=True), **peers}
         self.transfer_infos = {room: peers}
-        self.decode_kv_args_table = {peer: SimpleNamespace(requires_dcp_relayout=True) for peer in peers}
+        _register_decode_peers(self, case, list(peers))
         self.status: list[tuple[int, Any]] = []
         from sglang.srt.disaggregation.base.conn import KVPoll
 
@@ -233,6 +232,67 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     sched.disagg_prefill_pending_chunk_rids = set()
     sched.sliding_window_size = window
     return sched
+
+
+OTHER_DECODE = "10.0.0.4:9000"
+"""A decode instance that is not the room's peer, whose relayout gave the manager its DCP pack buffer."""
+
+
+def _register_decode_peers(manager: Any, case: PrefillCase | None, peers: list[str]) -> None:  # pragma: no cover
+    """Decode's registrations as prefill's bootstrap thread takes them (``start_prefill_thread``, 0.5.21 on): each
+    peer's ``requires_dcp_relayout`` is SGLang's own ``CommonKVManager.requires_dcp_relayout`` over a prefill of DCP
+    size 1 serving an MLA model, given the peer's DCP size (2 where it relayouts, prefill's 1 where not), and a
+    relayouting peer's registration runs SGLang's own ``_init_dcp_pack_buffers_once``, which sizes the pack limit:
+    the prefill buffer ceiling (``max_prefill_buffer_tokens()``, else ``max_prefill_tokens``) rounded up to a page.
+    With ``dcp_relayout`` off the room's peers have prefill's DCP size and another decode instance (``OTHER_DECODE``)
+    registers the relayout. The pack buffers themselves (device staging memory, registered with the transport)
+    stand in: ``init_dcp_pack_buffers`` returns a marker. Releases before the DCP pack limit read none of this: their
+    peers register as not relayouting and the manager has no limit."""
+    try:
+        conn: Any = importlib.import_module("sglang.srt.disaggregation.common.conn")
+    except ImportError:  # 0.4.6.post5-0.4.7 have no common/conn.py
+        conn = None
+    manager._dcp_pack_max_tokens = manager._dcp_pack_buffers = None
+    relayout = getattr(getattr(conn, "CommonKVManager", None), "requires_dcp_relayout", None)
+    if relayout is None or case is None or case.dcp_max_tokens is None:
+        manager.decode_kv_args_table = {peer: SimpleNamespace(requires_dcp_relayout=False) for peer in peers}
+        return
+    from sglang.srt.disaggregation.common import dcp_pack
+
+    manager.dcp_size, manager.dcp_rank = 1, 0
+    manager.is_mla_backend, manager.is_hybrid_mla_backend = True, False
+    manager.transfer_queues = [None]
+    manager._register_staging_memory = lambda ptr, size: None
+    kv_args = manager.kv_args
+    kv_args.kv_item_lens, kv_args.page_size, kv_args.num_draft_entries = [case.page_size * 64], case.page_size, 0
+    registered = {peer: 2 if case.dcp_relayout else 1 for peer in peers}
+    if not case.dcp_relayout:
+        registered[OTHER_DECODE] = 2
+    ceiling = case.dcp_max_tokens
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(dcp_pack, "init_dcp_pack_buffers", lambda *a, **kw: "pack buffers"))
+        if not hasattr(importlib.import_module("sglang.srt.runtime_context"), "create_context"):  # 0.5.21
+            stack.enter_context(mock.patch.object(conn, "max_prefill_buffer_tokens", lambda: 0))
+            schedule = SimpleNamespace(max_prefill_tokens=ceiling)
+            stack.enter_context(mock.patch.object(conn, "get_schedule", lambda: schedule))
+        manager.decode_kv_args_table = {}
+        for peer, dcp_size in registered.items():
+            info = SimpleNamespace(dst_dcp_size=dcp_size, dst_dcp_rank=0)
+            info.requires_dcp_relayout = relayout(manager, info.dst_dcp_size, info.dst_dcp_rank)
+            if info.requires_dcp_relayout:
+                conn.CommonKVManager._init_dcp_pack_buffers_once(manager, info.dst_dcp_size, include_draft=True)
+            manager.decode_kv_args_table[peer] = info
+
+
+def dcp_schedule(case: PrefillCase) -> dict[str, int]:
+    """The schedule leaves that make ``case.dcp_max_tokens`` the prefill buffer ceiling: ``chunked_prefill_size``
+    where it is a page multiple (prefill requires one), else chunked prefill off and ``max_prefill_tokens``."""
+    ceiling = case.dcp_max_tokens
+    if ceiling is None:
+        return {}
+    if ceiling % case.page_size == 0:
+        return {"chunked_prefill_size": ceiling}
+    return {"chunked_prefill_size": -1, "max_prefill_tokens": ceiling}
 
 
 def _common_manager() -> Any:  # pragma: no cover - conformance venv
@@ -430,6 +490,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     leaves: dict[str, dict[str, Any]] = {"get_observability": {"enable_trace": case.trace_requests}}
     if case.chunked_prefill_size is not None:
         leaves["get_schedule"] = {"chunked_prefill_size": case.chunked_prefill_size}
+    elif case.dcp_max_tokens is not None:  # the ceiling that sizes the DCP pack buffer
+        leaves["get_schedule"] = dcp_schedule(case)
     own = published("prefill", leaves)
     if own is None:
         return _exchange(case, device, config_published=False)
