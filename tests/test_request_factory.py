@@ -107,3 +107,14 @@ def test_the_guard_is_silent_while_the_constructor_runs() -> None:
 
     out = run_prepare_for_prebuilt(_own_requests(ReadsItsFill), seed_batch(), "cpu", strict_prompt=True)
     assert out.batch_object.reqs[0].seen == [] and out.prompt_reads == []
+
+
+def test_the_kv_book_follows_the_release_era() -> None:
+    """A release's ``Req`` keeps its KV bookkeeping in a ``ReqKvInfo`` from 0.5.19 (``req.kv``), on itself before:
+    the drivers write the row there and read it back from there."""
+    from pdverify.targets.sglang_request import kv_book
+
+    info = SimpleNamespace(req_pool_idx=None)
+    assert kv_book(SimpleNamespace(kv=info, req_pool_idx=None)) is info
+    older = SimpleNamespace(req_pool_idx=None)
+    assert kv_book(older) is older

@@ -1,16 +1,16 @@
-"""The decode pre-allocation units on the installed SGLang: its own ``DecodePreallocQueue.pop_preallocated``,
-driven on CPU for one request (``decode_prealloc``) and for a queue of several (``decode_queue``).
+"""The decode pre-allocation units on the installed SGLang: its own ``DecodePreallocQueue.pop_preallocated``, driven on
+CPU for one request (``decode_prealloc``) and for a queue of several (``decode_queue``).
 
 Runs, unmodified: ``pop_preallocated`` with its inline state payload closures, ``_pre_alloc``,
 ``_alloc_for_decode_prealloc`` / ``alloc_for_decode_prealloc`` on the real ``PagedTokenToKVPoolAllocator`` (CPU),
 the real ``DecodeReqToTokenPool``, ``_required_alloc_tokens``, ``_required_admission_tokens``,
 ``_prealloc_reservation_fits``, ``_rebootstrap_prefill_len``, ``_pre_alloc_fill_len``, the HiCache mixin's
 ``_hicache_pending_restore_tokens`` and ``_start_hicache_prefetch``, ``_send_kv_metadata`` and
-``_transfer_page_indices``. Overridden on a subclass whose ``__init__`` is skipped: the handshake
-(``_resolve_pending_reqs``, ``_update_handshake_waiters``), the budget (``_allocatable_token_budgets``: ample for
-one request, the case's budget for a queue) and, for one request, the radix match (``_match_prefix_and_lock``
-returns the ``DecodePrefixMatch`` of the case: its L1 prefix locations and an L2 host hit whose restore is
-pending). ``decode.get_disagg`` is patched for the call only.
+``_transfer_page_indices``, over SGLang's own ``Req`` (``sglang_request.release_request``). Overridden on a subclass
+whose ``__init__`` is skipped: the handshake (``_resolve_pending_reqs``, ``_update_handshake_waiters``), the budget
+(``_allocatable_token_budgets``: ample for one request, the case's budget for a queue) and, for one request, the
+radix match (``_match_prefix_and_lock`` returns the ``DecodePrefixMatch`` of the case: its L1 prefix locations and
+an L2 host hit whose restore is pending). ``decode.get_disagg`` is patched for the call only.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueC
 from pdverify.targets.protocol import ServerRefuses
 from pdverify.targets.sglang_context import published
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
-from pdverify.targets.sglang_request import owns_request_layout, release_request
+from pdverify.targets.sglang_request import kv_book, release_request
 
 
 def _release_modules(*names: str) -> Iterator[Any]:
@@ -234,40 +234,17 @@ def _scheduler(running: list[Any], **settings: Any) -> Any:
     return SimpleNamespace(**{**fields, **settings})
 
 
-def _request(
-    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8, real: bool = False
+def _request(  # pragma: no cover - conformance venv
+    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8
 ) -> Any:
-    """A request as the decode queue reads it: fresh KV bookkeeping, no abort. With ``real``, SGLang's own ``Req``
-    (``_sglang_request``); else a namespace of the fields the releases read (``set_extend_range`` records the range,
-    as 0.5.21's ``Req`` does; later releases set ``prefix_len`` / ``extend_len`` themselves)."""
-    if real:
-        return _sglang_request(rid, length, output_len, lora=lora, max_new_tokens=max_new_tokens)
-    req = SimpleNamespace(
-        rid=rid,
-        bootstrap_room=1,
-        bootstrap_host="10.0.0.2",  # a real prefill host (0.5.21 asks whether the transfer is the fake backend)
-        finished_reason=None,
-        kv=SimpleNamespace(
-            holds_kv=False, req_pool_idx=None, kv_allocated_len=0, kv_committed_len=0, cache_protected_len=0,
-            holds_mamba=False,
-        ),
-        origin_input_ids=[0] * length,
-        output_ids=[0] * output_len,
-        sampling_params=SimpleNamespace(max_new_tokens=max_new_tokens),
-        time_stats=SimpleNamespace(set_decode_transfer_queue_entry_time=lambda: None),
-        return_logprob=False,
-        lora_id=lora,
-        priority=0,
-        lock=None,
-    )  # fmt: skip
-    # 0.5.18 and earlier keep the KV bookkeeping on the request itself (req.kv from 0.5.19)
-    for name, value in vars(req.kv).items():
-        setattr(req, name, value)
-    req.set_extend_range = lambda start, end: setattr(req, "extend_range", range(start, end))
-    # 0.5.13 and 0.5.14 record the chunk length instead (Req.set_extend_input_len; its logprob start left alone)
-    req.set_extend_input_len = lambda n: setattr(req, "extend_input_len", n)
-    req.swa_prefix_lock_released = False  # 0.5.21's lock bookkeeping
-    req.add_latency = lambda stage: None  # request-stage timing (0.5.3.post3-0.5.7)
+    """A request as the decode drivers hand it to ``pop_preallocated``: SGLang's own ``Req`` (``release_request``, in
+    every release) with prompt tokens ``PROMPT_TOKEN + i`` (the radix tree's keys), ``output_len`` outputs, a
+    bootstrap on a real prefill host (0.5.21 asks whether the transfer is the fake backend), the adapter; fresh KV
+    bookkeeping and no abort, as the release's constructor leaves them."""
+    prompt = [PROMPT_TOKEN + i for i in range(length)]
+    req = release_request(rid, prompt, max_new_tokens=max_new_tokens, lora_id=lora,
+                          bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
+    req.output_ids.extend([0] * output_len)
     return req
 
 
@@ -303,11 +280,6 @@ def _published(decode: Any, server_args: Any) -> contextlib.ExitStack:
         if hasattr(decode, getter):
             stack.enter_context(mock.patch.object(decode, getter, lambda: server_args))
     return stack
-
-
-def _kv(req: Any) -> Any:
-    """Where the release keeps a request's KV bookkeeping: ``req.kv`` (0.5.19 on), else the request itself."""
-    return req.kv if req.kv.req_pool_idx is not None else req
 
 
 def _disagg(*, radix: bool) -> Any:
@@ -467,11 +439,9 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
     q.token_to_kv_pool = kvcache
     state_types = [_state_type(k) for k in case.state_types] if lists else []  # before the lists: the pool's type
     q.kv_manager = SimpleNamespace(kv_args=SimpleNamespace(state_types=state_types))
-    req = _real_request(case) if real_tree else _request("r0", case.length, case.output_len)
+    req = _request("r0", case.length, case.output_len)
     for name, value in case.extra.items():  # registered request fields
         setattr(req, name, value)
-    if not real_tree:  # SGLang's own Req records it
-        req.kv.set_evicted_seqlen = lambda component, seqlen: None
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
     with (
@@ -485,7 +455,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         f"pre-allocation did not admit the request: {done} {failed}"
     )
     pages, aux, state, prefix, cleared_before = sent[0]
-    book = _kv(req)
+    book = kv_book(req)
     row = req_pool.req_to_token[book.req_pool_idx]
     tail = row[case.fill_len - case.swa_tail_len : case.fill_len].to(torch.int64)
     return DecodeTrace(
@@ -503,7 +473,8 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
-        cache_protected_len=int(book.cache_protected_len),
+        # the releases before decode prefixes (0.5.10) keep no such field: none reported
+        cache_protected_len=None if (owned := getattr(book, "cache_protected_len", None)) is None else int(owned),
     )
 
 
@@ -571,23 +542,6 @@ def _real_tree(case: DecodeCase, req_pool: Any, allocator: Any, evicted: list[in
 
     tree.evict_for_alloc = evict_for_alloc
     return tree
-
-
-def _real_request(case: DecodeCase) -> Any:  # pragma: no cover - conformance venv
-    """SGLang's own ``Req`` for a pre-allocation case: prompt tokens ``PROMPT_TOKEN + i``, ``output_len`` outputs."""
-    return _sglang_request("r0", case.length, case.output_len)
-
-
-def _sglang_request(  # pragma: no cover - conformance venv
-    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8
-) -> Any:
-    """SGLang's own ``Req`` (0.5.22 on): prompt tokens ``PROMPT_TOKEN + i`` (the radix tree's keys), ``output_len``
-    outputs, a bootstrap on a real prefill host, the adapter."""
-    prompt = [PROMPT_TOKEN + i for i in range(length)]
-    req = release_request(rid, prompt, max_new_tokens=max_new_tokens, lora_id=lora,
-                          bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
-    req.output_ids.extend([0] * output_len)
-    return req
 
 
 def _request_rows(decode: Any, width: int, rows: int = 2, pre_alloc: int = 2) -> Any:
@@ -895,9 +849,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     def stream_output(reqs: Any, logprob: Any) -> None:
         streamed.extend(r.rid for r in reqs)
 
-    real = owns_request_layout()  # SGLang's own Req, from 0.5.22 (as the prefill exchange's)
     running = [
-        _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS, real=real)
+        _request(f"run{k}", tokens, 0, lora=lora, max_new_tokens=RUNNING_MAX_NEW_TOKENS)
         for k, (tokens, lora) in enumerate(case.running)
     ]
     q: Any = Queue()
@@ -941,7 +894,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     )
     reqs = []
     for i, r in enumerate(case.requests):
-        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens, real=real)
+        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
         for name, value in r.extra.items():  # registered request fields
             setattr(req, name, value)
         req.priority = r.priority
@@ -950,10 +903,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             req.finished_output = r.abort_streamed
         req.pd_rebootstrap_in_progress = r.rebootstrap
         req.bootstrap_host = "10.0.0.1"
-        if not real:  # SGLang's own Req builds its payload and records its evicted lengths itself
-            req.build_rebootstrap_payload = lambda: {"rebootstrap": True}
-            req.kv.retraction_backup = None
-            req.kv.set_evicted_seqlen = lambda component, seqlen: None
         reqs.append(req)
     # rebootstrap came in 0.5.16 (the strategies draw it only from there): no such field before
     takes_rebootstrap = "is_rebootstrap" in inspect.signature(decode.DecodeRequest).parameters
@@ -995,10 +944,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         i = index(d.req.rid)
         pages, dtype = int_tuple(got), str(np.asarray(got).dtype)
         if getattr(d, "host_staged", False):  # received into host memory (0.5.21 on): its host slots, no row
-            host_slots = int_tuple(d.req.kv.retraction_backup.host_indices)
+            host_slots = int_tuple(kv_book(d.req).retraction_backup.host_indices)
             admissions.append(Admission(i, pages, dtype, int(buffer), -1, host_slots, (), True))
             continue
-        book = _kv(d.req)
+        book = kv_book(d.req)
         row = req_pool.req_to_token[book.req_pool_idx]
         prefix = case.prefix_len(i)
         fresh = int_tuple(row[prefix : case.requests[i].fill_len])

@@ -36,12 +36,14 @@ from pdverify.targets.sglang_prefill import (
     _common_manager,
     _common_sender,
     _duck_scheduler,
+    _extend_range,
     _Manager,
     _prepare_state,
     prefix_sender_is_nixl,
     release_with_prefix,
     send_chunk,
 )
+from pdverify.targets.sglang_request import kv_book, release_request
 
 ROOM = 4242
 
@@ -64,13 +66,16 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
         prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
         ring_size=1, set_buf=[],
     )  # fmt: skip
-    req: Any = SimpleNamespace(
-        rid="r0", bootstrap_room=ROOM, origin_input_ids=[0] * state.origin_len, fill_ids=[0] * extend_end,
-        fill_len=extend_end,  # 0.5.13-0.5.14's name of the fill length
-        extend_range=SimpleNamespace(end=extend_end), extend_end=extend_end, req_pool_idx=state.req_pool_idx,
-        kv=SimpleNamespace(req_pool_idx=state.req_pool_idx), disagg_kv_sender=sender, metadata_buffer_index=0,
-        start_send_idx=state.start_send_idx, disagg_decode_prefix_len=state.decode_prefix_len,
+    req: Any = release_request("r0", [0] * state.origin_len, bootstrap_room=ROOM)  # SGLang's own Req
+    kv_book(req).req_pool_idx = state.req_pool_idx
+    fields: dict[str, Any] = dict(
+        fill_ids=[0] * extend_end, fill_len=extend_end,  # 0.5.13-0.5.14's name of the fill length
+        extend_end=extend_end, extend_range=_extend_range(0, extend_end),  # 0.5.15-0.5.21's chunk (SGLang's Range)
+        disagg_kv_sender=sender, metadata_buffer_index=0, start_send_idx=state.start_send_idx,
+        disagg_decode_prefix_len=state.decode_prefix_len,
     )  # fmt: skip
+    for name, value in fields.items():  # what the scheduler has set by the chunk's send
+        setattr(req, name, value)
     send_chunk(sched, req, last_chunk=last_chunk)
     sent = len(manager.raw)
     assert sent <= 1, f"one send_kv_chunk call made {sent} transfers"
@@ -108,14 +113,8 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
         def clear(self) -> None:
             pass
 
-    req: Any = SimpleNamespace(
-        rid="r0", bootstrap_room=ROOM, finished_reason=None, origin_input_ids=[0] * L, output_ids=[],
-        fill_ids=[0] * L, sampling_params=SimpleNamespace(max_new_tokens=1), return_logprob=False, priority=0,
-        lora_id=None, req_pool_idx=None, kv=SimpleNamespace(req_pool_idx=None, cache_protected_len=0),
-        time_stats=SimpleNamespace(set_decode_transfer_queue_entry_time=lambda: None), is_rebootstrap=False,
-        last_node=None, lock_receipt=None, swa_prefix_lock_released=False, prefix_indices=None,
-        add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.5)
-    )  # fmt: skip
+    # SGLang's own Req (its KV bookkeeping, time stats and defaults), queued as the scheduler leaves it
+    req: Any = release_request("r0", [0] * L, max_new_tokens=1, bootstrap_room=ROOM)
     table = req_to_token
 
     class Queue(_queue_base()):  # type: ignore[misc]
@@ -126,7 +125,7 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
             pass
 
         def _pre_alloc(self, req: Any, *args: Any, **kw: Any) -> Any:  # the given row: the unit's input
-            req.req_pool_idx = req.kv.req_pool_idx = req_pool_idx
+            kv_book(req).req_pool_idx = req_pool_idx
             return table[req_pool_idx][D:L]
 
         def _match_prefix_and_lock(self, req: Any) -> Any:  # a device (L1) hit of D tokens, no host part

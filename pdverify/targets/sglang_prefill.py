@@ -8,9 +8,10 @@ the state payload closures and SGLang's ``kv_to_page_indices`` / ``suffix_page_i
 (``translate_token_ids``, the CPU path of the unified pools' ``translate_kv_loc``) and the real
 ``CommonKVSender`` (``__init__``, ``init``, ``pop_decode_prefix_len``, ``get_max_transfer_tokens``,
 ``should_send_kv_chunk``, ``_prepare_send_indices``, ``send``) with ``CommonKVManager.prepare_send_state_indices``.
-The objects around them are small stand-ins built from a ``PrefillCase``: a
-scheduler subclass without ``__init__``, a bootstrap queue subclass, a request, and a KV manager whose
-``add_transfer_request`` records each transfer.
+The request is SGLang's own ``Req`` (``sglang_request.release_request``). The objects around them are small
+stand-ins built from a ``PrefillCase``: a scheduler subclass without ``__init__``, a bootstrap queue subclass, and a
+KV manager whose ``add_transfer_request`` records each transfer (its decode peers registered through SGLang's own
+``requires_dcp_relayout`` and ``_init_dcp_pack_buffers_once``).
 
 The server's configuration: from 0.5.22 the exchange runs under SGLang's own runtime context for a prefill scheduler
 (``sglang_context.published``: the case's ``chunked_prefill_size`` and request tracing set through the bags'
@@ -40,7 +41,7 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
 from pdverify.targets.sglang_context import published
-from pdverify.targets.sglang_request import owns_request_layout, release_request
+from pdverify.targets.sglang_request import kv_book, release_request
 
 
 def int_tuple(values: Any) -> tuple[int, ...]:
@@ -404,19 +405,12 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
     fields: dict[str, Any] = dict(
         extend_end=extend_end, disagg_kv_sender=sender, start_send_idx=state.start_send_idx,
         disagg_decode_prefix_len=state.decode_prefix_len,
+        extend_range=_extend_range(0, extend_end),  # the 0.5.21 spelling of extend_end (SGLang's own Range)
     )  # fmt: skip
-    req: Any
-    if owns_request_layout():  # SGLang's own Req (0.5.22 on): its ReqKvInfo and defaults; the chunk's fields set
-        req = release_request("r0", [0] * state.origin_len)
-        req.kv.req_pool_idx = state.req_pool_idx
-        for name, value in fields.items():
-            setattr(req, name, value)
-    else:
-        req = SimpleNamespace(
-            rid="r0", origin_input_ids=[0] * state.origin_len, kv=SimpleNamespace(req_pool_idx=state.req_pool_idx),
-            extend_range=SimpleNamespace(end=extend_end),  # the 0.5.21 spelling of extend_end
-            **fields,
-        )  # fmt: skip
+    req: Any = release_request("r0", [0] * state.origin_len)  # SGLang's own Req (every release), the chunk's fields set
+    kv_book(req).req_pool_idx = state.req_pool_idx
+    for name, value in fields.items():
+        setattr(req, name, value)
     sched._send_kv_chunk(req, last_chunk=last_chunk)
     new_state = replace(state, start_send_idx=req.start_send_idx, curr_idx=sender.curr_idx)
     if not manager.raw:
@@ -577,30 +571,12 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
         disagg_decode_prefix_len=0,
         extend_range=None,  # 0.5.21's chunk (extend_range.end its end), set with extend_end below
     )
-    req: Any
-    if owns_request_layout():  # SGLang's own Req, its ReqKvInfo, time stats and defaults (0.5.22 on)
-        req = release_request(rid, [0] * case.length, bootstrap_room=room)
-        req.kv.req_pool_idx = case.req_pool_idx
-        for name, value in fields.items():
-            setattr(req, name, value)
-    else:
-        req = SimpleNamespace(
-            rid=rid,
-            bootstrap_room=room,  # logged by the older releases' send_kv_chunk
-            origin_input_ids=[0] * case.length,
-            kv=SimpleNamespace(req_pool_idx=case.req_pool_idx),
-            req_pool_idx=case.req_pool_idx,  # 0.5.18 and earlier keep it on the request (req.kv from 0.5.19)
-            time_stats=SimpleNamespace(
-                set_bootstrap_done_time=lambda: None,
-                set_wait_queue_entry_time=lambda: None,
-                trace_ctx=SimpleNamespace(abort=lambda **kw: None),  # a failed bootstrap's trace (0.5.10-0.5.12)
-            ),
-            prefill_attempt_count=0,
-            is_retracted=False,
-            return_logprob=False,
-            add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.9)
-            **fields,
-        )
+    # SGLang's own Req (every release): its KV bookkeeping, time stats and defaults; the driver sets only what the
+    # scheduler would have set by then (the sender, the buffer, the prefix, the chunk)
+    req: Any = release_request(rid, [0] * case.length, bootstrap_room=room)
+    kv_book(req).req_pool_idx = case.req_pool_idx
+    for name, value in fields.items():
+        setattr(req, name, value)
     # 0.5.21 counts the cached prefix in prefix_indices (prefix_len from 0.5.22)
     req.prefix_indices = torch.zeros(req.prefix_len, dtype=torch.int64)
     assert getattr(sender, "supports_host_tensor_indices", False) == case.host_tensor_indices, type(sender)
@@ -1064,20 +1040,9 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
         disagg_kv_sender=sender, pending_bootstrap=True, metadata_buffer_index=-1, start_send_idx=0,
         disagg_decode_prefix_len=0,
     )  # fmt: skip
-    req: Any
-    if owns_request_layout():  # SGLang's own Req (0.5.22 on): its time stats and defaults
-        req = release_request("r0", [0] * case.length, bootstrap_room=case.room)
-        for name, value in fields.items():
-            setattr(req, name, value)
-    else:
-        req = SimpleNamespace(
-            rid="r0",
-            bootstrap_room=case.room,
-            origin_input_ids=[0] * case.length,
-            time_stats=SimpleNamespace(set_bootstrap_done_time=lambda: None, set_wait_queue_entry_time=lambda: None),
-            add_latency=lambda stage: None,  # request-stage timing (0.5.3.post3-0.5.5)
-            **fields,
-        )
+    req: Any = release_request("r0", [0] * case.length, bootstrap_room=case.room)  # SGLang's own (every release)
+    for name, value in fields.items():
+        setattr(req, name, value)
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:

@@ -1,12 +1,13 @@
 """SGLang's own request class for the requests the ``sglang`` target's drivers hand to SGLang.
 
-``sglang_request(model_request)`` (``prepare_for_prebuilt``, every release) builds the installed release's ``Req``
-through its own constructor (``Req(rid, text, prompt, SamplingParams(...))``, the four leading parameters every
-release from 0.4.4.post2 to 0.5.23 has), with the prompt instrument over it (``layouts.guarded_class``). The layout
-then places the position fields; whatever the release's ``Req`` computes itself (``extend_len`` from 0.5.22, its
-``ReqKvInfo``, its ``ReqLogprob``, every default the batch preparation may read) is the release's own.
-``release_request`` builds one for the scheduler drivers where the release's ``Req`` has the layout they fill
-(``owns_request_layout``: 0.5.22 on).
+``release_request`` builds the installed release's ``Req`` through its own constructor (``Req(rid, text, prompt,
+SamplingParams(...))``, the four leading parameters every release from 0.4.4.post2 to 0.5.23 has), the prompt in
+the type the release's tokenizer hands over (a list, an int64 ``array`` from 0.5.13). ``sglang_request`` does so
+for ``prepare_for_prebuilt`` with the prompt instrument over it (``layouts.guarded_class``): the layout then places
+the position fields. Every scheduler driver (the decode queue and pre-allocation, the prefill exchange, bootstrap
+and the function-level sender) builds its requests with it too, in every release: whatever the release's ``Req``
+computes itself (``extend_len`` from 0.5.22), its KV bookkeeping (``kv_book``: a ``ReqKvInfo`` from 0.5.19, the
+request itself before), its time stats and every default are the release's own.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance v
 
 
 def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
-    """Whether the installed release's ``Req`` is of the layout the scheduler drivers fill field by field: its KV
-    bookkeeping in a ``ReqKvInfo`` and ``extend_len`` a property over ``prefix_len`` and ``extend_end`` (0.5.22 on).
-    Before, the drivers keep a namespace of the fields each era reads."""
+    """Whether the installed release's ``Req`` keeps its KV bookkeeping in a ``ReqKvInfo`` and computes
+    ``extend_len`` over ``prefix_len`` and ``extend_end`` (0.5.22 on): there a field the layout places must agree with
+    the value the request computes."""
     from sglang.srt.managers import schedule_batch
 
     return hasattr(schedule_batch, "ReqKvInfo") and isinstance(
@@ -41,14 +42,35 @@ def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
     )
 
 
+def kv_book(req: Any) -> Any:
+    """Where a release's ``Req`` keeps its KV bookkeeping (``req_pool_idx``, ``kv_allocated_len``, ...): its
+    ``ReqKvInfo`` (``req.kv``, 0.5.19 on), else the request itself."""
+    return getattr(req, "kv", req)
+
+
 def release_request(  # pragma: no cover - conformance venv
     rid: str, prompt: Sequence[int], *, max_new_tokens: int = 16, request_class: Any = None, **fields: Any
 ) -> Any:
     """The installed release's own ``Req`` (or ``request_class``, a subclass of it) built by its constructor: the
-    prompt an int64 array (as the tokenizer hands it over), ``max_new_tokens`` its sampling parameters' one setting,
-    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor, the release's defaults for the rest."""
+    prompt as the tokenizer hands it over (``_prompt``), ``max_new_tokens`` its sampling parameters' one setting,
+    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor where it takes them - set on the
+    request after it, as the scheduler does, where the release's constructor has no such parameter - the release's
+    defaults for the rest."""
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     make = Req if request_class is None else request_class
-    return make(rid, "", array("q", prompt), SamplingParams(max_new_tokens=max_new_tokens), **fields)
+    params = inspect.signature(Req.__init__).parameters
+    taken = {k: v for k, v in fields.items() if k in params}
+    req = make(rid, "", _prompt(params, prompt), SamplingParams(max_new_tokens=max_new_tokens), **taken)
+    for name, value in fields.items():
+        if name not in taken:
+            setattr(req, name, value)
+    return req
+
+
+def _prompt(params: Any, prompt: Sequence[int]) -> Any:
+    """The prompt as the release's tokenizer hands it to ``Req``: an int64 ``array`` where the constructor is
+    annotated to take one (0.5.13 on), else a list."""
+    annotation = params["origin_input_ids"].annotation
+    return array("q", prompt) if "array" in str(annotation) else list(prompt)
