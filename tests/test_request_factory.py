@@ -118,3 +118,7 @@ def test_the_kv_book_follows_the_release_era() -> None:
     assert kv_book(SimpleNamespace(kv=info, req_pool_idx=None)) is info
     older = SimpleNamespace(req_pool_idx=None)
     assert kv_book(older) is older
+    # 0.5.16-0.5.18: no ReqKvInfo before allocation, one without the row after it
+    assert kv_book(unallocated := SimpleNamespace(kv=None, req_pool_idx=None)) is unallocated
+    allocated = SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=8, swa_evicted_seqlen=0), req_pool_idx=3)
+    assert kv_book(allocated) is allocated

@@ -43,9 +43,11 @@ def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
 
 
 def kv_book(req: Any) -> Any:
-    """Where a release's ``Req`` keeps its KV bookkeeping (``req_pool_idx``, ``kv_allocated_len``, ...): its
-    ``ReqKvInfo`` (``req.kv``, 0.5.19 on), else the request itself."""
-    return getattr(req, "kv", req)
+    """Where a release's ``Req`` keeps its KV bookkeeping (``req_pool_idx``, ``cache_protected_len``, ...): its
+    ``ReqKvInfo`` (``req.kv``) where that holds the row (0.5.19 on), else the request itself - also in 0.5.16-0.5.18,
+    whose ``req.kv`` is None until allocation and then holds only the allocated and SWA-evicted lengths."""
+    kv = getattr(req, "kv", None)
+    return kv if kv is not None and hasattr(kv, "req_pool_idx") else req
 
 
 def release_request(  # pragma: no cover - conformance venv
