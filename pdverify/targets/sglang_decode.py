@@ -473,9 +473,18 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         evicted=tuple(evicted),
         cleared_rows=cleared_before,
         row=int_tuple(row[: case.length]),
-        # the releases before decode prefixes (0.5.10) keep no such field: none reported
-        cache_protected_len=None if (owned := getattr(book, "cache_protected_len", None)) is None else int(owned),
+        cache_protected_len=_protected_len(book),
     )
+
+
+def _protected_len(book: Any) -> int | None:
+    """The prefix the request's tree match covers, as the release records it: ``cache_protected_len`` (0.5.6 on),
+    ``last_matched_prefix_len`` under its name before #13714 (0.5.3-0.5.5.post3); None where the request records
+    neither (before 0.5.3, #10846)."""
+    for name in ("cache_protected_len", "last_matched_prefix_len"):
+        if (owned := getattr(book, name, None)) is not None:
+            return int(owned)
+    return None
 
 
 PROMPT_TOKEN = 1000
