@@ -66,16 +66,15 @@ def sglang_inline_send_kv_chunk(  # pragma: no cover - conformance venv
         prefill, req_to_token, page_size, translate=lambda t: t, staging=False, state_types=[], window=1,
         ring_size=1, set_buf=[],
     )  # fmt: skip
-    req: Any = release_request("r0", [0] * state.origin_len, bootstrap_room=ROOM)  # SGLang's own Req
-    kv_book(req).req_pool_idx = state.req_pool_idx
-    fields: dict[str, Any] = dict(
+    scheduled: dict[str, Any] = dict(  # what the scheduler has set by the chunk's send
         fill_ids=[0] * extend_end, fill_len=extend_end,  # 0.5.13-0.5.14's name of the fill length
         extend_end=extend_end, extend_range=_extend_range(0, extend_end),  # 0.5.15-0.5.21's chunk (SGLang's Range)
         disagg_kv_sender=sender, metadata_buffer_index=0, start_send_idx=state.start_send_idx,
         disagg_decode_prefix_len=state.decode_prefix_len,
     )  # fmt: skip
-    for name, value in fields.items():  # what the scheduler has set by the chunk's send
-        setattr(req, name, value)
+    # SGLang's own Req, its row where the release keeps it
+    req: Any = release_request("r0", [0] * state.origin_len, bootstrap_room=ROOM, req_pool_idx=state.req_pool_idx,
+                               scheduled=scheduled)  # fmt: skip
     send_chunk(sched, req, last_chunk=last_chunk)
     sent = len(manager.raw)
     assert sent <= 1, f"one send_kv_chunk call made {sent} transfers"

@@ -40,8 +40,8 @@ import torch
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
-from pdverify.targets.sglang_context import published
-from pdverify.targets.sglang_request import kv_book, release_request
+from pdverify.targets.sglang_context import context, published
+from pdverify.targets.sglang_request import release_request
 
 
 def int_tuple(values: Any) -> tuple[int, ...]:
@@ -272,7 +272,7 @@ def _register_decode_peers(manager: Any, case: PrefillCase | None, peers: list[s
     ceiling = case.dcp_max_tokens
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(dcp_pack, "init_dcp_pack_buffers", lambda *a, **kw: "pack buffers"))
-        if not hasattr(importlib.import_module("sglang.srt.runtime_context"), "create_context"):  # 0.5.21
+        if context("prefill") is None:  # 0.5.21 publishes no runtime context
             stack.enter_context(mock.patch.object(conn, "max_prefill_buffer_tokens", lambda: 0))
             schedule = SimpleNamespace(max_prefill_tokens=ceiling)
             stack.enter_context(mock.patch.object(conn, "get_schedule", lambda: schedule))
@@ -285,13 +285,10 @@ def _register_decode_peers(manager: Any, case: PrefillCase | None, peers: list[s
             manager.decode_kv_args_table[peer] = info
 
 
-def dcp_schedule(case: PrefillCase) -> dict[str, int]:
-    """The schedule leaves that make ``case.dcp_max_tokens`` the prefill buffer ceiling: ``chunked_prefill_size``
-    where it is a page multiple (prefill requires one), else chunked prefill off and ``max_prefill_tokens``."""
-    ceiling = case.dcp_max_tokens
-    if ceiling is None:
-        return {}
-    if ceiling % case.page_size == 0:
+def dcp_schedule(ceiling: int, page_size: int) -> dict[str, int]:
+    """The schedule leaves that make ``ceiling`` the prefill buffer ceiling: ``chunked_prefill_size`` where it is a
+    page multiple (prefill requires one), else chunked prefill off and ``max_prefill_tokens``."""
+    if ceiling % page_size == 0:
         return {"chunked_prefill_size": ceiling}
     return {"chunked_prefill_size": -1, "max_prefill_tokens": ceiling}
 
@@ -407,10 +404,7 @@ def sglang_send_kv_chunk(  # pragma: no cover - conformance venv
         disagg_decode_prefix_len=state.decode_prefix_len,
         extend_range=_extend_range(0, extend_end),  # the 0.5.21 spelling of extend_end (SGLang's own Range)
     )  # fmt: skip
-    req: Any = release_request("r0", [0] * state.origin_len)  # SGLang's own Req (every release), the chunk's fields set
-    kv_book(req).req_pool_idx = state.req_pool_idx
-    for name, value in fields.items():
-        setattr(req, name, value)
+    req: Any = release_request("r0", [0] * state.origin_len, req_pool_idx=state.req_pool_idx, scheduled=fields)
     sched._send_kv_chunk(req, last_chunk=last_chunk)
     new_state = replace(state, start_send_idx=req.start_send_idx, curr_idx=sender.curr_idx)
     if not manager.raw:
@@ -485,7 +479,7 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
     if case.chunked_prefill_size is not None:
         leaves["get_schedule"] = {"chunked_prefill_size": case.chunked_prefill_size}
     elif case.dcp_max_tokens is not None:  # the ceiling that sizes the DCP pack buffer
-        leaves["get_schedule"] = dcp_schedule(case)
+        leaves["get_schedule"] = dcp_schedule(case.dcp_max_tokens, case.page_size)
     own = published("prefill", leaves)
     if own is None:
         return _exchange(case, device, config_published=False)
@@ -573,10 +567,8 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
     )
     # SGLang's own Req (every release): its KV bookkeeping, time stats and defaults; the driver sets only what the
     # scheduler would have set by then (the sender, the buffer, the prefix, the chunk)
-    req: Any = release_request(rid, [0] * case.length, bootstrap_room=room)
-    kv_book(req).req_pool_idx = case.req_pool_idx
-    for name, value in fields.items():
-        setattr(req, name, value)
+    req: Any = release_request(rid, [0] * case.length, bootstrap_room=room, req_pool_idx=case.req_pool_idx,
+                               scheduled=fields)  # fmt: skip
     # 0.5.21 counts the cached prefix in prefix_indices (prefix_len from 0.5.22)
     req.prefix_indices = torch.zeros(req.prefix_len, dtype=torch.int64)
     assert getattr(sender, "supports_host_tensor_indices", False) == case.host_tensor_indices, type(sender)
@@ -1040,9 +1032,7 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
         disagg_kv_sender=sender, pending_bootstrap=True, metadata_buffer_index=-1, start_send_idx=0,
         disagg_decode_prefix_len=0,
     )  # fmt: skip
-    req: Any = release_request("r0", [0] * case.length, bootstrap_room=case.room)  # SGLang's own (every release)
-    for name, value in fields.items():
-        setattr(req, name, value)
+    req: Any = release_request("r0", [0] * case.length, bootstrap_room=case.room, scheduled=fields)  # SGLang's own
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
         def __init__(self) -> None:

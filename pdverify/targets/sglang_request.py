@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pdverify.model.batch import Request
@@ -31,17 +31,6 @@ def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance v
     return release_request(f"pdverify-{next(_RIDS)}", request.origin_input_ids, request_class=guarded_class(Req))
 
 
-def owns_request_layout() -> bool:  # pragma: no cover - conformance venv
-    """Whether the installed release's ``Req`` keeps its KV bookkeeping in a ``ReqKvInfo`` and computes
-    ``extend_len`` over ``prefix_len`` and ``extend_end`` (0.5.22 on): there a field the layout places must agree with
-    the value the request computes."""
-    from sglang.srt.managers import schedule_batch
-
-    return hasattr(schedule_batch, "ReqKvInfo") and isinstance(
-        inspect.getattr_static(schedule_batch.Req, "extend_len", None), property
-    )
-
-
 def kv_book(req: Any) -> Any:
     """Where a release's ``Req`` keeps its KV bookkeeping (``req_pool_idx``, ``cache_protected_len``, ...): its
     ``ReqKvInfo`` (``req.kv``) where that holds the row (0.5.19 on), else the request itself - also in 0.5.16-0.5.18,
@@ -51,13 +40,21 @@ def kv_book(req: Any) -> Any:
 
 
 def release_request(  # pragma: no cover - conformance venv
-    rid: str, prompt: Sequence[int], *, max_new_tokens: int = 16, request_class: Any = None, **fields: Any
+    rid: str,
+    prompt: Sequence[int],
+    *,
+    max_new_tokens: int = 16,
+    request_class: Any = None,
+    req_pool_idx: int | None = None,
+    scheduled: Mapping[str, Any] | None = None,
+    **fields: Any,
 ) -> Any:
     """The installed release's own ``Req`` (or ``request_class``, a subclass of it) built by its constructor: the
     prompt as the tokenizer hands it over (``_prompt``), ``max_new_tokens`` its sampling parameters' one setting,
-    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor where it takes them - set on the
-    request after it, as the scheduler does, where the release's constructor has no such parameter - the release's
-    defaults for the rest."""
+    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor where it takes them, the release's
+    defaults for the rest. Then, as the scheduler would have by the time a driver hands the request over: a field the
+    release's constructor has no parameter for set on the request, the row ``req_pool_idx`` written where the release
+    keeps it (``kv_book``), and the ``scheduled`` fields set."""
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -65,9 +62,10 @@ def release_request(  # pragma: no cover - conformance venv
     params = inspect.signature(Req.__init__).parameters
     taken = {k: v for k, v in fields.items() if k in params}
     req = make(rid, "", _prompt(params, prompt), SamplingParams(max_new_tokens=max_new_tokens), **taken)
-    for name, value in fields.items():
-        if name not in taken:
-            setattr(req, name, value)
+    if req_pool_idx is not None:
+        kv_book(req).req_pool_idx = req_pool_idx
+    for name, value in {**{k: v for k, v in fields.items() if k not in taken}, **(scheduled or {})}.items():
+        setattr(req, name, value)
     return req
 
 
