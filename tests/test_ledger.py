@@ -131,3 +131,32 @@ def test_profile_counts_memcpys_and_refuses_an_empty_trace() -> None:
         f"the CUDA profiler recorded no events while the ledger saw {len(led.launches)} launches"
     )
     assert led.launches
+
+
+def test_aside_keeps_a_callees_copies_apart_and_listed() -> None:
+    with TransferLedger("cpu") as led:
+        torch.tensor([1, 2], device="cpu")
+        with led.aside("sampling_info") as side:
+            torch.tensor([3.0, 4.0, 5.0], device="cpu")
+            torch.ones(2) + 1
+        with led.aside("sampling_info"):
+            torch.tensor([6], device="cpu")
+        torch.arange(4).tolist()
+    assert side is led.asides["sampling_info"]
+    assert [(c.direction, c.elements) for c in led.copies] == [("H2D", 2), ("D2H", 4)]
+    assert [(c.direction, c.elements) for c in side.copies] == [("H2D", 3), ("H2D", 1)]
+    assert side.launches and not any("add" in launch.op for launch in led.launches)
+    assert "; set aside, sampling_info: [D2H 0 copies / 0 elements / 0 B []; H2D 2 copies / 4 elements" in (
+        led.describe()
+    )
+    led._read_profile([SimpleNamespace(name="Memcpy HtoD (Pageable -> Device)")] * 3)
+    assert led.cross_check() == "ledger {'D2H': 1, 'H2D': 3} != CUDA profiler {'D2H': 0, 'H2D': 3}"
+
+
+def test_asides_do_not_nest() -> None:
+    led = TransferLedger("cpu")
+    with led.aside("a"), pytest.raises(LedgerError, match=r"aside\('b'\) inside aside block"), led.aside("b"):
+        pass  # pragma: no cover - not reached
+    with led.aside("b"):  # the refused block left no open aside behind
+        pass
+    assert set(led.asides) == {"a", "b"}

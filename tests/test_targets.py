@@ -135,3 +135,53 @@ def test_fast_prebuilt_rejects_negative_extend_like_upstream() -> None:
     batch = PrebuiltBatch([Request(0, 2, -1, [0] * 5, [1])], [[0] * 5])
     with pytest.raises(RuntimeError, match="negative dimension"):
         run_prepare_for_prebuilt(load_target("fast"), batch, "cpu")
+
+
+def test_the_sampling_info_runs_as_itself_and_is_recorded() -> None:
+    from pdverify.production.prebuilt import SamplingBatchInfo
+
+    released = SamplingBatchInfo.__dict__["from_schedule_batch"]
+    out = run_prepare_for_prebuilt(load_target("pdverify"), seed_batch(), "cpu", measure=True)
+    info = out.fields["sampling_info"]
+    assert isinstance(info, SamplingBatchInfo) and info is out.sampling_info_returned
+    assert (info.batch_size, info.vocab_size) == (1, seed_batch().vocab_size)
+    assert out.sampling_info_calls == [(out.batch_object, seed_batch().vocab_size)]
+    assert SamplingBatchInfo.__dict__["from_schedule_batch"] is released  # put back after the run
+
+
+def test_the_wrapped_sampling_info_is_put_back_after_an_error() -> None:
+    from pdverify.production.prebuilt import SamplingBatchInfo
+
+    released = SamplingBatchInfo.__dict__["from_schedule_batch"]
+
+    def boom(batch: Any) -> None:
+        SamplingBatchInfo.from_schedule_batch(batch, 7)
+        raise RuntimeError("after the sampling info")
+
+    target = load_target("pdverify").derive("raises", prepare_for_prebuilt=boom)
+    with pytest.raises(RuntimeError, match="after the sampling info"):
+        run_prepare_for_prebuilt(target, seed_batch(), "cpu")
+    assert SamplingBatchInfo.__dict__["from_schedule_batch"] is released
+
+
+def test_b3_bounds_the_sampling_infos_copies_on_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampling info's copies are set aside from prepare_for_prebuilt's own budget, not dropped: a sampling
+    info that copies the prompt to the device fails B3 (what a real one copies, one element a request per
+    tensor, passes)."""
+    from pdverify.production.prebuilt import SamplingBatchInfo
+
+    released = SamplingBatchInfo.from_schedule_batch
+
+    def copying(cls: type[SamplingBatchInfo], batch: Any, vocab_size: int) -> SamplingBatchInfo:
+        for _ in range(5):
+            torch.tensor([1.0] * len(batch.reqs), device=batch.device)
+        if copy_prompt:
+            torch.tensor([t for r in batch.reqs for t in list(r.origin_input_ids)], device=batch.device)
+        return released(batch, vocab_size)
+
+    monkeypatch.setattr(SamplingBatchInfo, "from_schedule_batch", classmethod(copying))
+    copy_prompt = False
+    assert run_property(PROPS["B3"], load_target("pdverify")).status == "passed"
+    copy_prompt = True
+    run = run_property(PROPS["B3"], load_target("pdverify"))
+    assert run.status == "failed" and "the sampling info's H2D budget" in run.message, run.message

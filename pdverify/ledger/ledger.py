@@ -17,6 +17,8 @@ What counts (``device`` is the measured device; the *host* is numpy and Python):
 * launches: every aten operation that touches a tensor on the measured device, except views, ``detach``,
   ``lift_fresh`` and bare allocations (``empty*``), which launch no kernel.
 
+* set aside: what runs inside ``aside(name)`` is recorded in ``asides[name]``, apart from the ledger's own counts
+  (a callee with a budget of its own), and still listed by ``describe()`` and counted by ``cross_check()``.
 Counts are exact and deterministic on every device. On CUDA, ``TransferLedger(profile=True)`` also reads the
 memcpy events from the CUDA profiler, and ``cross_check()`` says whether the two agree.
 """
@@ -24,8 +26,8 @@ memcpy events from the CUDA profiler, and ``cross_check()`` says whether the two
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -132,7 +134,7 @@ class _Launches(TorchDispatchMode):
             tensors = [a for a in (*args, *kwargs.values(), result) if isinstance(a, torch.Tensor)]
             tensors += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
             if any(t.device.type == here for t in tensors):
-                self.ledger.launches.append(Launch(schema))
+                self.ledger.sink().launches.append(Launch(schema))
         return result
 
 
@@ -146,7 +148,10 @@ class TransferLedger:
     launches: list[Launch] = field(default_factory=list)
     profiled: dict[str, int] | None = None
     profiled_events: int = 0
+    asides: dict[str, TransferLedger] = field(default_factory=dict)
+    """What ran inside ``aside(name)`` blocks, by name: kept out of this ledger's own counts, still recorded."""
     _stack: ExitStack | None = field(default=None, repr=False)
+    _aside: TransferLedger | None = field(default=None, repr=False)
     _active: ClassVar[threading.local] = threading.local()
 
     def __post_init__(self) -> None:
@@ -171,9 +176,29 @@ class TransferLedger:
         non_blocking: bool = False,
         pinned: bool = False,
     ) -> None:
-        self.copies.append(
+        self.sink().copies.append(
             Copy(direction, elements, nbytes, str(dtype).replace("torch.", ""), via, non_blocking, pinned)
         )
+
+    def sink(self) -> TransferLedger:
+        """Where a copy or launch seen now is recorded: the open ``aside`` block's ledger, else this one."""
+        return self if self._aside is None else self._aside
+
+    @contextmanager
+    def aside(self, name: str) -> Iterator[TransferLedger]:
+        """Record what runs inside the block in ``asides[name]`` instead of this ledger's own counts.
+
+        For a callee whose copies belong to another budget (``SamplingBatchInfo.from_schedule_batch``, which
+        ``prepare_for_prebuilt`` calls and whose per-request tensors are not its own metadata): nothing is lost -
+        ``describe()`` lists the set-aside work and ``cross_check()`` counts it, since the CUDA profiler sees it.
+        Blocks with one name accumulate; asides do not nest."""
+        if self._aside is not None:
+            raise LedgerError(f"aside({name!r}) inside aside block: asides do not nest")
+        self._aside = self.asides.setdefault(name, TransferLedger(self.device))
+        try:
+            yield self._aside
+        finally:
+            self._aside = None
 
     def __enter__(self) -> TransferLedger:
         if getattr(TransferLedger._active, "on", False):
@@ -215,7 +240,8 @@ class TransferLedger:
         if self.profiled_events == 0 and self.launches:
             # an empty trace agrees with a ledger of no copies and proves nothing: say so instead of "agree"
             return f"the CUDA profiler recorded no events while the ledger saw {len(self.launches)} launches"
-        mine = {"D2H": self.d2h_copies, "H2D": self.h2d_copies}
+        everything = [self, *self.asides.values()]
+        mine = {"D2H": sum(x.d2h_copies for x in everything), "H2D": sum(x.h2d_copies for x in everything)}
         return None if mine == self.profiled else f"ledger {mine} != CUDA profiler {self.profiled}"
 
     def _sum(self, direction: Direction, attr: str) -> int:
@@ -253,6 +279,7 @@ class TransferLedger:
             f"D2H {self.d2h_copies} copies / {self.d2h_elements} elements / {self.d2h_bytes} B {d2h}; "
             f"H2D {self.h2d_copies} copies / {self.h2d_elements} elements / {self.h2d_bytes} B {h2d}; "
             f"{len(self.launches)} device launches"
+            + "".join(f"; set aside, {name}: [{aside.describe()}]" for name, aside in self.asides.items())
         )
 
 

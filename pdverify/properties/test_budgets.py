@@ -23,6 +23,11 @@ PER_REQUEST_H2D = 8
 """Metadata elements a request may send host-to-device in ``prepare_for_prebuilt`` (pool index, sequence
 length in three dtypes, their host mirrors on a CPU run), whatever its prompt and extend lengths."""
 
+SAMPLING_H2D_PER_REQUEST = 8
+"""Elements a request may send host-to-device in the ``SamplingBatchInfo.from_schedule_batch`` that
+``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed: one each), kept apart from the budget
+above (the ledger's ``sampling_info`` aside) and bounded on its own: nothing there grows with the prompt either."""
+
 
 @example(values=list(range(64)), ps=16, dtype=torch.int32)
 @prop(
@@ -84,7 +89,8 @@ LONG_PROMPTS = PrebuiltBatch(
 @examples("batch", [LONG_PROMPTS])
 @prop(
     "B3",
-    "prepare_for_prebuilt copies only O(batch) metadata host-to-device, nothing that grows with the prompt",
+    "prepare_for_prebuilt copies only O(batch) metadata host-to-device, nothing that grows with the prompt "
+    "(the sampling info it builds on a budget of its own)",
     contract=FROM_35070,
     needs=("prepare_for_prebuilt",),
     batch=batches(max_prompt=256),
@@ -92,10 +98,20 @@ LONG_PROMPTS = PrebuiltBatch(
 def test_b3_prebuilt_h2d(target: Target, device: str, batch: PrebuiltBatch) -> None:
     led = run_prepare_for_prebuilt(target, batch, device, measure=True).ledger
     assert led is not None
-    budget = PER_REQUEST_H2D * max(1, len(batch.reqs))
+    n = max(1, len(batch.reqs))
+    budget = PER_REQUEST_H2D * n
     tokens = sum(r.extend_len for r in batch.reqs)
     note_event("extend tokens > budget" if tokens > budget else "extend tokens <= budget")
-    assert led.h2d_elements <= budget and all(c.elements <= 4 * max(1, len(batch.reqs)) for c in led.copies), (
+    assert led.h2d_elements <= budget and all(c.elements <= 4 * n for c in led.copies), (
         f"{len(batch.reqs)} request(s), {tokens} extend tokens: H2D budget {budget} elements "
         f"(O(batch)), measured {led.describe()}"
     )
+    sampling = led.asides.get("sampling_info")
+    if sampling is not None:
+        assert sampling.h2d_elements <= SAMPLING_H2D_PER_REQUEST * n and all(
+            c.elements <= n for c in sampling.copies
+        ), (
+            f"{len(batch.reqs)} request(s), {tokens} extend tokens: the sampling info's H2D budget is "
+            f"{SAMPLING_H2D_PER_REQUEST * n} elements, at most one per request a copy (O(batch)), measured "
+            f"{sampling.describe()}"
+        )

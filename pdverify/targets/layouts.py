@@ -15,6 +15,7 @@ Every request also carries the prompt behind a guard: its length reads freely, b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import pkgutil
@@ -276,6 +277,12 @@ def build_request(
     return duck
 
 
+class DuckBatch(SimpleNamespace):
+    """The batch object ``prepare_for_prebuilt`` reads (its fields as keywords). Weak-referenceable, as a
+    ``ScheduleBatch`` is: SGLang's penalizer orchestrator, built inside ``SamplingBatchInfo.from_schedule_batch``,
+    keeps a weak reference to its batch."""
+
+
 def build_batch_object(
     target: Target,
     batch: PrebuiltBatch,
@@ -297,7 +304,7 @@ def build_batch_object(
         build_request(r, target.layout, table[r.req_pool_idx], reads, strict_prompt, target.request_factory)
         for r in batch.reqs
     ]
-    duck = SimpleNamespace(
+    duck = DuckBatch(
         reqs=reqs,
         device=device,
         req_to_token_pool=SimpleNamespace(req_to_token=table),
@@ -318,12 +325,15 @@ def _owner(path: str) -> tuple[Any, str]:
 
 
 @contextmanager
-def replaced(path: str, replacement: Callable[..., Any]) -> Iterator[None]:
-    """``path`` (``module.Class.attr`` or ``module.attr``) replaced by ``replacement`` for the block, restored
-    after it, also on error. What ``mock.patch`` does, without building a mock per call (the adapter runs once
-    per example)."""
+def wrapped(path: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """``path`` (``module.Class.attr`` or ``module.attr``) replaced by ``wrapper(original)`` for the block -
+    ``original`` bound as ``path`` resolved before (a classmethod bound to its class) - and restored after it, also
+    on error. What ``mock.patch(wraps=...)`` does, without building a mock per call (the adapter runs once per
+    example)."""
     owner, attr = _owner(path)
-    saved = owner.__dict__[attr] if isinstance(owner, type) and attr in owner.__dict__ else getattr(owner, attr)
+    original = getattr(owner, attr)
+    saved = owner.__dict__[attr] if isinstance(owner, type) and attr in owner.__dict__ else original
+    replacement = wrapper(original)
     setattr(owner, attr, staticmethod(replacement) if isinstance(owner, type) else replacement)
     try:
         yield
@@ -336,8 +346,11 @@ def run_prepare_for_prebuilt(
 ) -> PrebuiltOutcome:
     """Run ``target.prepare_for_prebuilt`` on ``batch`` placed on ``device`` and read everything back.
 
-    With ``measure``, a ``TransferLedger`` watches the target call alone (not the adapter's own setup) and is
-    returned as ``outcome.ledger``.
+    The run is under ``target.scheduler_scope(batch)`` where the target has one (the server configuration its
+    scheduler would have published). The target's ``SamplingBatchInfo.from_schedule_batch`` (``sampling_info_path``)
+    runs as itself, each call recorded with what it returned. With ``measure``, a ``TransferLedger`` watches the
+    target call alone (not the adapter's own setup) and is returned as ``outcome.ledger``; the sampling info's own
+    copies are set aside in it (``ledger.asides["sampling_info"]``).
     """
     fn = target.require("prepare_for_prebuilt")
     duck, reads = build_batch_object(target, batch, device, strict_prompt=strict_prompt)
@@ -345,16 +358,26 @@ def run_prepare_for_prebuilt(
     table = duck.req_to_token_pool.req_to_token
     before = table.clone()
     calls: list[tuple[Any, Any]] = []
-    returned = object()
-
-    def record(b: Any, vocab_size: Any) -> Any:
-        calls.append((b, vocab_size))
-        return returned
-
+    returned: list[Any] = []
     ledger = TransferLedger(device) if measure else None
+
+    def through(original: Callable[..., Any]) -> Callable[..., Any]:
+        """The target's own ``from_schedule_batch``, called through and recorded; its copies belong to its own
+        budget and are set aside in the ledger (``sampling_info``)."""
+
+        def record(b: Any, vocab_size: Any) -> Any:
+            calls.append((b, vocab_size))
+            with ledger.aside("sampling_info") if ledger is not None else contextlib.nullcontext():
+                returned.append(original(b, vocab_size))
+            return returned[-1]
+
+        return record
+
     with ExitStack() as stack:
+        if target.scheduler_scope is not None:
+            stack.enter_context(target.scheduler_scope(duck))
         if target.sampling_info_path is not None:
-            stack.enter_context(replaced(target.sampling_info_path, record))
+            stack.enter_context(wrapped(target.sampling_info_path, through))
         if ledger is not None:
             stack.enter_context(ledger)
         fn(duck)
@@ -375,7 +398,7 @@ def run_prepare_for_prebuilt(
         untouched={name for name in BATCH_FIELDS if name not in fields},
         reqs_after=after,
         sampling_info_calls=calls,
-        sampling_info_returned=returned if target.sampling_info_path is not None else _UNSET,
+        sampling_info_returned=returned[-1] if returned else _UNSET,
         prompt_reads=reads,
         req_to_token_before=before,
         req_to_token_after=table,

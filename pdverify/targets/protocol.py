@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -180,7 +181,8 @@ class Target:
 
     ``layout`` names the request/batch layout ``prepare_for_prebuilt`` expects (see
     ``pdverify.targets.layouts.LAYOUTS``); ``sampling_info_path`` is the dotted path of the
-    ``SamplingBatchInfo.from_schedule_batch`` its code calls, patched during a run (as the upstream test does).
+    ``SamplingBatchInfo.from_schedule_batch`` its code calls, wrapped during a run to record each call and what it
+    returned (it runs as itself; upstream's test patches it out instead).
     """
 
     name: str
@@ -207,6 +209,10 @@ class Target:
     """Builds the implementation's own paged KV allocator - ``(num_pages, page_size, free_order)``: pages ``1 ..
     num_pages - 1``, handed out in ``free_order`` first - for the properties that allocate pages themselves (M1);
     None: ``pdverify.model.layout.PagedAllocator``."""
+    scheduler_scope: Callable[[Any], AbstractContextManager[Any]] | None = None
+    """What the implementation's scheduler has in place when it calls ``prepare_for_prebuilt`` on a batch: given
+    the batch object, a context in which the server's configuration is published as the implementation reads it
+    (and the batch carries the fields its scheduler sets from it); None: nothing to set up."""
     request_factory: Callable[[Request], Any] | None = None
     """Builds the implementation's own request object for a model request (an instance of
     ``pdverify.targets.layouts.guarded_class(its class)``); None: duck requests (``DuckRequest``)."""

@@ -45,3 +45,114 @@ def published(mode: str, leaves: dict[str, dict[str, Any]]) -> contextlib.ExitSt
     for getter, values in leaves.items():
         stack.enter_context(getattr(runtime, getter)().override(**values))
     return stack
+
+
+_DEFAULTS: dict[str, Any] = {}
+
+
+def _default_server_args(mode: str, *, resolved: bool) -> Any:  # pragma: no cover - conformance venv
+    """The release's ``ServerArgs`` for a ``mode`` server at every default, built once per process: through its
+    constructor where ``resolved`` (``__post_init__`` resolves the defaults), else each declared field at its
+    declared default (0.5.3.post2-0.5.5's ``__post_init__`` reads the model's Hugging Face config, which a ``dummy``
+    model path has not)."""
+    key = f"{mode}/{resolved}"
+    if key not in _DEFAULTS:
+        import dataclasses
+
+        from sglang.srt.server_args import ServerArgs
+
+        server_args: Any = ServerArgs
+        if resolved:
+            _DEFAULTS[key] = server_args(model_path="dummy", device="cpu", disaggregation_mode=mode)
+        else:
+            args = object.__new__(server_args)
+            for f in dataclasses.fields(server_args):
+                if f.default is not dataclasses.MISSING:
+                    setattr(args, f.name, f.default)
+                elif f.default_factory is not dataclasses.MISSING:
+                    setattr(args, f.name, f.default_factory())
+            args.model_path, args.device, args.disaggregation_mode = "dummy", "cpu", mode
+            _DEFAULTS[key] = args
+    return _DEFAULTS[key]
+
+
+@contextlib.contextmanager
+def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance venv
+    """What a decode scheduler of the installed release has published when it calls ``prepare_for_prebuilt`` on
+    ``batch`` - the server's configuration at every default, as the release reads it - for the code that call runs
+    (``SamplingBatchInfo.from_schedule_batch`` reads ``enable_custom_logit_processor`` and, from 0.5.3,
+    ``enable_deterministic_inference``):
+
+    * 0.5.22 on: SGLang's own context for a decode scheduler (``context``), in use for the block;
+    * 0.5.16-0.5.21 (``runtime_context`` without ``create_context``): a fresh ``RuntimeContext`` the release's own
+      ``publish`` (0.5.17 on) or ``set_server_args`` (0.5.16) projects the server arguments into, swapped in for
+      the block as the process context (and swapped out after, so no other driver sees it);
+    * 0.5.3.post2-0.5.15: the server arguments set through ``set_global_server_args_for_scheduler``, the previous
+      ones put back after;
+    * 0.5.1-0.5.3.post1: nothing - ``global_server_args_dict`` holds the defaults from import;
+    * 0.4.x: the batch carries ``enable_custom_logit_processor``, which ``ScheduleBatch.init_new`` copies from the
+      server arguments.
+    """
+    from unittest import mock
+
+    from sglang.srt import server_args as server_args_module
+
+    server_args: Any = server_args_module.ServerArgs  # its fields are declared by groups, which mypy does not see
+
+    stack = published("decode", {})
+    if stack is not None:
+        with stack:
+            yield
+        return
+    runtime = _runtime_module()
+    if runtime is not None and hasattr(runtime, "RuntimeContext"):
+        ctx = _runtime_context(runtime)
+        with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
+            yield
+        return
+    if hasattr(server_args_module, "set_global_server_args_for_scheduler"):
+        args = _default_server_args("decode", resolved=False)
+        with mock.patch.object(server_args_module, "_global_server_args", args):
+            yield
+        return
+    if _batch_flag():
+        batch.enable_custom_logit_processor = server_args.enable_custom_logit_processor
+    yield
+
+
+def _runtime_module() -> Any:  # pragma: no cover - conformance venv
+    """``sglang.srt.runtime_context`` (0.5.16 on), None before."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:
+        return None
+    return runtime_context
+
+
+_RUNTIME: list[Any] = []
+
+
+def _runtime_context(runtime: Any) -> Any:  # pragma: no cover - conformance venv
+    """A ``RuntimeContext`` of 0.5.16-0.5.21 with a decode scheduler's default server arguments projected into it
+    by the release's own ``publish`` (0.5.17 on; it publishes into the module's ``_CONTEXT``, swapped for the call)
+    or ``set_server_args`` (0.5.16); built once per process."""
+    if not _RUNTIME:
+        from unittest import mock
+
+        ctx = runtime.RuntimeContext(parallel=runtime.ParallelContext())
+        args = _default_server_args("decode", resolved=True)
+        if hasattr(runtime, "publish"):
+            with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
+                runtime.publish(args, role="scheduler")
+        else:
+            ctx.set_server_args(args)
+        _RUNTIME.append(ctx)
+    return _RUNTIME[0]
+
+
+def _batch_flag() -> bool:  # pragma: no cover - conformance venv
+    """Whether the release's ``ScheduleBatch`` carries ``enable_custom_logit_processor`` (0.4.x), which its
+    ``SamplingBatchInfo.from_schedule_batch`` reads off the batch."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    return "enable_custom_logit_processor" in getattr(ScheduleBatch, "__dataclass_fields__", {})

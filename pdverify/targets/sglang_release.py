@@ -40,6 +40,7 @@ from packaging.version import Version
 from pdverify.targets.calls import recording
 from pdverify.targets.protocol import SCHEDULER_UNITS, Target, TargetError
 from pdverify.targets.sglang_allocator import sglang_pages
+from pdverify.targets.sglang_context import prebuilt_scheduler
 from pdverify.targets.sglang_request import sglang_request
 
 SCHEDULER_DRIVERS_FROM = "0.4.5.post1"
@@ -356,6 +357,7 @@ def sglang_release_target() -> Target:
         layout=layout,
         sampling_info_path=f"{module}.SamplingBatchInfo.from_schedule_batch" if prebuilt else None,
         request_factory=sglang_request if prebuilt else None,
+        scheduler_scope=prebuilt_scheduler if prebuilt else None,
         page_allocator=sglang_pages,
         package="sglang",
         release=release,

@@ -1,0 +1,83 @@
+"""On the ``sglang`` target, ``prepare_for_prebuilt`` builds its sampling info with SGLang's own
+``SamplingBatchInfo.from_schedule_batch``, under the server configuration a decode scheduler of the release has
+published (``sglang_context.prebuilt_scheduler``), where a recorder returning a sentinel had stood. Its copies are
+set aside in B3's ledger and bounded on their own: B3 fails when the release's sampling info is planted to copy the
+prompt to the device. Without the published configuration, the releases that read it through a runtime getter
+refuse to build it, so the scope is what lets the real call run.
+
+Runs in the conformance environment (``.venv-sglang``, SGLang 0.5.23 or a release on ``PYTHONPATH``); skipped
+where SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+
+sampling = pytest.importorskip("sglang.srt.sampling.sampling_batch_info", reason="needs SGLang (the conformance env)")
+
+
+def _target() -> Any:
+    from tests.sglang_release import release_target
+
+    return release_target()
+
+
+def _batch() -> Any:
+    from pdverify.model.batch import PrebuiltBatch, Request
+
+    prompts = [list(range(40)), list(range(100, 130)), list(range(200, 264))]
+    reqs = [Request(i, 8, len(p) - 8, p) for i, p in enumerate(prompts)]
+    return PrebuiltBatch(reqs, [list(range(1000 * (i + 1), 1000 * (i + 1) + 64)) for i in range(3)])
+
+
+def test_the_sampling_info_is_sglangs_own() -> None:
+    from pdverify.targets.layouts import run_prepare_for_prebuilt
+
+    out = run_prepare_for_prebuilt(_target(), _batch(), "cpu", measure=True)
+    info = out.fields["sampling_info"]
+    assert isinstance(info, sampling.SamplingBatchInfo) and info is out.sampling_info_returned
+    top_ks = [r.sampling_params.top_k for r in out.batch_object.reqs]
+    assert info.temperatures.shape == (3, 1) and info.top_ks.tolist() == top_ks
+    assert out.ledger is not None
+    aside = out.ledger.asides["sampling_info"]
+    assert aside.h2d_copies >= 4 and all(c.elements == 3 for c in aside.copies), aside.describe()
+
+
+def test_b3_fails_when_the_sampling_info_copies_the_prompt() -> None:
+    from pdverify.runner import load_properties, run_property
+
+    target = _target()
+    info = load_properties()["B3"]
+    released_status = run_property(info, target).status
+    if released_status == "not applicable":
+        pytest.skip(f"B3 is not in sglang {target.release}'s contract (#35070's)")
+    assert released_status == "passed"
+    released = sampling.SamplingBatchInfo.from_schedule_batch
+
+    def copying(batch: Any, vocab_size: int) -> Any:
+        torch.tensor([t for r in batch.reqs for t in list(r.origin_input_ids)], device=batch.device)
+        return released(batch, vocab_size)
+
+    with mock.patch.object(sampling.SamplingBatchInfo, "from_schedule_batch", copying):
+        run = run_property(info, target)
+    assert run.status == "failed" and "the sampling info's H2D budget" in run.message, run.message
+
+
+def test_the_release_reads_the_published_configuration() -> None:
+    """Where the release reads its flags through a runtime getter (0.5.3.post2 on), the real call needs the scope:
+    without it the release refuses (nothing published); before, the defaults are there from import."""
+    from pdverify.targets.layouts import run_prepare_for_prebuilt
+
+    target = _target()
+    assert target.scheduler_scope is not None
+    bare = target.derive("no-scope", scheduler_scope=None)
+    source = open(sampling.__file__).read()  # noqa: SIM115 - a read of the release's own module
+    if "get_exec()" not in source and "get_global_server_args()" not in source and "get_server_args()" not in source:
+        pytest.skip(f"sglang {target.release} reads its defaults from import or off the batch")
+    with pytest.raises(ValueError, match=r"config namespace 'exec' not published|Global server args is not set yet"):
+        run_prepare_for_prebuilt(bare, _batch(), "cpu")
+    run_prepare_for_prebuilt(target, _batch(), "cpu")
