@@ -9,10 +9,12 @@ installed pdverify checks a user's code with ``pytest --pyargs pdverify.properti
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import traceback
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, NoReturn
 
 import pytest
 import torch
@@ -109,20 +111,39 @@ def refusals_discarded(tgt: Target) -> Target:
     with) turned into a discarded example - outside the release's domain, never a pass or a failure - and counted
     in the property's events ("refused by the server: ...")."""
 
+    def refused(exc: ServerRefuses) -> NoReturn:
+        EXAMPLES.refused, EXAMPLES.refusal = EXAMPLES.refused + 1, str(exc)
+        note_event(f"refused by the server: {exc}")
+        within_domain(False, f"a configuration the server refuses ({exc})", counted=False)
+        raise exc  # pragma: no cover - within_domain raised
+
     def discarding(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
             except ServerRefuses as exc:
-                EXAMPLES.refused, EXAMPLES.refusal = EXAMPLES.refused + 1, str(exc)
-                note_event(f"refused by the server: {exc}")
-                within_domain(False, f"a configuration the server refuses ({exc})", counted=False)
-                raise  # pragma: no cover - within_domain raised
+                refused(exc)
 
         return call
 
+    def discarding_scope(scope: Callable[[Any], AbstractContextManager[Any]]) -> Callable[[Any], Any]:
+        @contextlib.contextmanager
+        def entered(batch: Any) -> Iterator[None]:
+            try:
+                with scope(batch):
+                    yield
+            except ServerRefuses as exc:
+                refused(exc)
+
+        return entered
+
     units = {name: discarding(getattr(tgt, name)) for name in FUNCTIONS if tgt.supplies(name)}
+    # what the target builds around a unit's call (its request objects, its scheduler's setup) refuses likewise
+    if tgt.request_factory is not None:
+        units["request_factory"] = discarding(tgt.request_factory)
+    if tgt.scheduler_scope is not None:
+        units["scheduler_scope"] = discarding_scope(tgt.scheduler_scope)
     return tgt.derive(tgt.name, tgt.description, **units)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request
+from pdverify.model.batch import LogprobSettings, PrebuiltBatch, Request, SamplingSettings
 from pdverify.model.layout import token_locations
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
@@ -31,8 +31,8 @@ def requests(
     only where ``max_prompt`` is 0), 0..``max_output`` output tokens, a decode prefix anywhere in ``0..extend_end``
     (page-aligned half of the time), extend length ``extend_end - prefix`` (0 included), where ``extend_end`` is the
     KV decode committed (one more during a PD rebootstrap); stained or not, ``already_computed`` above and below the
-    prefix, logprob settings, multimodal inputs, the rebootstrap flag set, clear or absent, and every registered
-    extra field."""
+    prefix, logprob settings, multimodal inputs, sampling parameters (``sampling_settings``), the rebootstrap flag
+    set, clear or absent, and every registered extra field."""
     check_int("req_pool_idx", req_pool_idx)
     check_int("max_prompt", max_prompt)
     check_int("max_output", max_output)
@@ -114,7 +114,33 @@ def request_details(
             rng.randint(0, 5), None if rng.random() < 0.5 else [rng.randint(0, 100) for _ in range(rng.randint(0, 3))]
         ),
         "multimodal_inputs": None if rng.random() < 0.5 else {"mm": rng.randint(0, 9)},
+        "sampling": sampling_settings(rng),
     }
+
+
+def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSettings:
+    """Sampling parameters a client may send, half of the time SGLang's defaults: greedy (temperature 0) and
+    sampled temperatures, top-p, top-k (all, greedy 1 or a cut), min-p, the three penalties (each on or off) and
+    a logit bias of 1-3 tokens below ``vocab_size``. Values stay inside what SGLang's ``SamplingParams.verify``
+    accepts; the ``sglang`` target asks the release's own ``verify`` and refuses what it refuses."""
+    if rng.random() < 0.5:
+        return SamplingSettings()
+
+    def either(default: float, low: float, high: float) -> float:
+        return default if rng.random() < 0.5 else round(rng.uniform(low, high), 3)
+
+    return SamplingSettings(
+        temperature=rng.choice([0.0, 0.7, 1.0, round(rng.uniform(0.01, 2.0), 3)]),
+        top_p=either(1.0, 0.05, 1.0),
+        top_k=rng.choice([-1, 1, rng.randint(2, vocab_size)]),
+        min_p=either(0.0, 0.0, 1.0),
+        frequency_penalty=either(0.0, -2.0, 2.0),
+        presence_penalty=either(0.0, -2.0, 2.0),
+        repetition_penalty=either(1.0, 0.05, 2.0),
+        logit_bias=None
+        if rng.random() < 0.5
+        else {str(rng.randrange(vocab_size)): round(rng.uniform(-100, 100), 2) for _ in range(rng.randint(1, 3))},
+    )
 
 
 def batches(

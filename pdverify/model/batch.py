@@ -27,6 +27,27 @@ class LogprobSettings:
     token_ids_logprob: list[int] | None = None
 
 
+@dataclass(frozen=True)
+class SamplingSettings:
+    """A request's sampling parameters as the client sent them (SGLang's ``SamplingParams`` keywords): what the
+    ``SamplingBatchInfo`` that ``prepare_for_prebuilt`` builds reads, row by row. The defaults are SGLang's own;
+    ``logit_bias`` maps a token id (as a string, as the API takes it) to its bias."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[str, float] | None = None
+
+    def keywords(self) -> dict[str, Any]:
+        """The settings that differ from SGLang's defaults, as ``SamplingParams`` keywords."""
+        default = SamplingSettings()
+        return {k: v for k, v in vars(self).items() if v != getattr(default, k)}
+
+
 @dataclass
 class Request:
     """One transferred request as decode holds it when the PREBUILT batch is built.
@@ -51,6 +72,7 @@ class Request:
     logprob: LogprobSettings = field(default_factory=LogprobSettings)
     multimodal_inputs: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
 
     @property
     def seq_len(self) -> int:
@@ -111,6 +133,8 @@ class PrebuiltOutcome:
     req_to_token_after: Any
     batch_object: Any = None
     ledger: Any = None
+    request_objects: list[Any] = field(default_factory=list)
+    """The request objects handed to the target, in batch order (``batch_object.reqs`` as it was before the call)."""
     """The ``TransferLedger`` of the target call, when measured."""
 
 

@@ -73,7 +73,10 @@ def _prepare(self: Any, fault: str) -> None:
     self.extend_logprob_start_lens = None
     self.extend_input_logprob_token_ids = None
     self.multimodal_inputs = [None for _ in reqs] if fault == "PB19" else [r.multimodal_inputs for r in reqs]
+    if fault == "PB21":  # the batch sorted for the sampling info's build and put back after
+        self.reqs = sorted(reqs, key=lambda r: -len(r.origin_input_ids))
     self.sampling_info = port.SamplingBatchInfo.from_schedule_batch(self, self.model_config.vocab_size)
+    self.reqs = reqs if fault == "PB21" else self.reqs
     if fault == "PB20":
         self.sampling_info = port.SamplingBatchInfo.from_schedule_batch(self, self.model_config.vocab_size)
 
@@ -99,6 +102,7 @@ FAULTS = {
     "PB18": ("wrong source", "extend_num_tokens from seq_lens"),
     "PB19": ("wrong source", "multimodal_inputs dropped (all None)"),
     "PB20": ("duplicated call", "sampling info built twice"),
+    "PB21": ("reordered batch", "sampling info built over the requests sorted by prompt length, rows misaligned"),
 }
 
 

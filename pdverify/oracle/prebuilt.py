@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,3 +77,14 @@ def expected_prebuilt(
         multimodal_inputs=[r.multimodal_inputs for r in batch.reqs],
         reqs_after=after,
     )
+
+
+def _float32(x: float) -> float:
+    """``x`` as a float32 holds it (what a float32 tensor built from ``x`` reads back as)."""
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def expected_sampling_rows(params: list[Any]) -> list[tuple[float, float, int, float]]:
+    """The per-request rows of the sampling info built over requests whose sampling parameters are ``params`` (in
+    batch order): ``(temperature, top_p, top_k, min_p)``, the floats as float32 holds them."""
+    return [(_float32(p.temperature), _float32(p.top_p), int(p.top_k), _float32(p.min_p)) for p in params]

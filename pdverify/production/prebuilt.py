@@ -20,14 +20,32 @@ from pdverify.model.batch import ForwardMode
 
 @dataclass(frozen=True)
 class SamplingBatchInfo:
-    """Stand-in for sglang's ``SamplingBatchInfo``: records what it was built from."""
+    """Stand-in for sglang's ``SamplingBatchInfo``: what it was built from, and the per-request rows SGLang's
+    keeps (``temperatures`` as an ``(n, 1)`` float32 column, ``top_ps`` and ``min_ps`` float32, ``top_ks`` int32),
+    copied to the batch's device as SGLang copies them; the penalizers and logit bias are not modelled."""
 
     vocab_size: int
     batch_size: int
+    temperatures: torch.Tensor
+    top_ps: torch.Tensor
+    top_ks: torch.Tensor
+    min_ps: torch.Tensor
 
     @classmethod
     def from_schedule_batch(cls, batch: Any, vocab_size: int) -> SamplingBatchInfo:
-        return cls(vocab_size, len(batch.reqs))
+        params = [r.sampling_params for r in batch.reqs]
+
+        def column(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(batch.device)
+
+        return cls(
+            vocab_size,
+            len(batch.reqs),
+            column([p.temperature for p in params], torch.float32).view(-1, 1),
+            column([p.top_p for p in params], torch.float32),
+            column([p.top_k for p in params], torch.int32),
+            column([p.min_p for p in params], torch.float32),
+        )
 
 
 def async_h2d(args: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:

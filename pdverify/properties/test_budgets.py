@@ -25,8 +25,10 @@ length in three dtypes, their host mirrors on a CPU run), whatever its prompt an
 
 SAMPLING_H2D_PER_REQUEST = 8
 """Elements a request may send host-to-device in the ``SamplingBatchInfo.from_schedule_batch`` that
-``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed: one each), kept apart from the budget
-above (the ledger's ``sampling_info`` aside) and bounded on its own: nothing there grows with the prompt either."""
+``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed and the three penalties: one each), plus
+three per logit-bias entry (its row, column and value), kept apart from the budget above (the ledger's
+``sampling_info`` aside) and bounded on its own: what it copies grows with the batch and the client's parameters,
+never with the prompt."""
 
 
 @example(values=list(range(64)), ps=16, dtype=torch.int32)
@@ -108,10 +110,10 @@ def test_b3_prebuilt_h2d(target: Target, device: str, batch: PrebuiltBatch) -> N
     )
     sampling = led.asides.get("sampling_info")
     if sampling is not None:
-        assert sampling.h2d_elements <= SAMPLING_H2D_PER_REQUEST * n and all(
-            c.elements <= n for c in sampling.copies
-        ), (
-            f"{len(batch.reqs)} request(s), {tokens} extend tokens: the sampling info's H2D budget is "
-            f"{SAMPLING_H2D_PER_REQUEST * n} elements, at most one per request a copy (O(batch)), measured "
+        bias = sum(len(r.sampling.logit_bias or {}) for r in batch.reqs)
+        most = SAMPLING_H2D_PER_REQUEST * n + 3 * bias
+        assert sampling.h2d_elements <= most and all(c.elements <= max(n, bias) for c in sampling.copies), (
+            f"{len(batch.reqs)} request(s), {tokens} extend tokens, {bias} logit-bias entries: the sampling info's "
+            f"H2D budget is {most} elements, a copy at most one per request or per bias entry, measured "
             f"{sampling.describe()}"
         )

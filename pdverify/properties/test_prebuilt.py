@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
-from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt
+from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt, expected_sampling_rows
 from pdverify.properties.compare import assert_tensor
 from pdverify.properties.registry import FROM_35070, Clause, applies, examples, note_event, prop, within_domain
 from pdverify.properties.releases import (
@@ -280,9 +280,15 @@ def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatc
 @examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
 @prop(
     "P27",
-    "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once",
+    "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once, its "
+    "row i request i's sampling parameters",
     clauses=(
         Clause("sampling_info", title="sampling_info from one from_schedule_batch(batch, vocab) call"),
+        Clause(
+            "sampling_rows",
+            title="row i of the sampling info (temperature, top-p, top-k, min-p, on the batch's device) is the "
+            "i-th request's, the batch's requests still in the order handed in",
+        ),
         Clause("forward_mode", FROM_PREBUILT_MODE, "forward_mode is PREBUILT"),
     ),
     needs=NEEDS,
@@ -297,6 +303,17 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
         passed_batch, vocab = out.sampling_info_calls[0]
         assert passed_batch is out.batch_object and vocab == batch.vocab_size
         assert _field(out, "sampling_info") is out.sampling_info_returned
+    if applies("sampling_rows"):
+        handed = out.request_objects
+        assert [id(r) for r in out.batch_object.reqs] == [id(r) for r in handed], "the batch's requests were reordered"
+        expected = expected_sampling_rows([r.sampling_params for r in handed])
+        note_event("requests differ in sampling" if len(set(expected)) > 1 else "one sampling setting")
+        info = _field(out, "sampling_info")
+        columns = [info.temperatures.reshape(-1), info.top_ps, info.top_ks, info.min_ps]
+        on = torch.device(device).type
+        assert all(c.device.type == on for c in columns), f"sampling rows on {[c.device for c in columns]}, not {on}"
+        rows = list(zip(*(c.tolist() for c in columns), strict=True))
+        assert rows == expected, f"sampling rows {rows} != the requests' parameters in batch order {expected}"
     if applies("forward_mode"):
         mode = _field(out, "forward_mode")
         assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"

@@ -92,6 +92,9 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     * 0.5.1-0.5.3.post1: nothing - ``global_server_args_dict`` holds the defaults from import;
     * 0.4.x: the batch carries ``enable_custom_logit_processor``, which ``ScheduleBatch.init_new`` copies from the
       server arguments.
+
+    Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.verify`` (what the
+    tokenizer manager runs before a request reaches a scheduler): a request it refuses raises ``ServerRefuses``.
     """
     from unittest import mock
 
@@ -99,6 +102,7 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
 
     server_args: Any = server_args_module.ServerArgs  # its fields are declared by groups, which mypy does not see
 
+    _verify_sampling(batch)
     stack = published("decode", {})
     if stack is not None:
         with stack:
@@ -118,6 +122,21 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     if _batch_flag():
         batch.enable_custom_logit_processor = server_args.enable_custom_logit_processor
     yield
+
+
+def _verify_sampling(batch: Any) -> None:  # pragma: no cover - conformance venv
+    """Each request's ``sampling_params.verify`` as the release defines it (with the vocabulary size from 0.5.x,
+    without before); ``ServerRefuses`` with the release's message where it refuses one."""
+    import inspect
+
+    from pdverify.targets.protocol import ServerRefuses
+
+    for req in batch.reqs:
+        verify = req.sampling_params.verify
+        try:
+            verify(batch.model_config.vocab_size) if inspect.signature(verify).parameters else verify()
+        except ValueError as exc:
+            raise ServerRefuses(f"SamplingParams.verify refuses request {req.rid!r}: {exc}") from None
 
 
 def _runtime_module() -> Any:  # pragma: no cover - conformance venv

@@ -20,6 +20,7 @@ from typing import Any
 
 from pdverify.model.batch import Request
 from pdverify.targets.layouts import guarded_class
+from pdverify.targets.protocol import ServerRefuses
 
 _RIDS = itertools.count()
 
@@ -28,7 +29,12 @@ def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance v
     """The installed release's own ``Req`` for ``request``, under the prompt guard (``guarded_class``)."""
     from sglang.srt.managers.schedule_batch import Req
 
-    return release_request(f"pdverify-{next(_RIDS)}", request.origin_input_ids, request_class=guarded_class(Req))
+    return release_request(
+        f"pdverify-{next(_RIDS)}",
+        request.origin_input_ids,
+        request_class=guarded_class(Req),
+        sampling=request.sampling.keywords(),
+    )
 
 
 def kv_book(req: Any) -> Any:
@@ -47,21 +53,29 @@ def release_request(  # pragma: no cover - conformance venv
     request_class: Any = None,
     req_pool_idx: int | None = None,
     scheduled: Mapping[str, Any] | None = None,
+    sampling: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> Any:
     """The installed release's own ``Req`` (or ``request_class``, a subclass of it) built by its constructor: the
-    prompt as the tokenizer hands it over (``_prompt``), ``max_new_tokens`` its sampling parameters' one setting,
-    ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the constructor where it takes them, the release's
-    defaults for the rest. Then, as the scheduler would have by the time a driver hands the request over: a field the
-    release's constructor has no parameter for set on the request, the row ``req_pool_idx`` written where the release
-    keeps it (``kv_book``), and the ``scheduled`` fields set."""
+    prompt as the tokenizer hands it over (``_prompt``), ``max_new_tokens`` and ``sampling`` (the other
+    ``SamplingParams`` keywords; one the release's class does not take is a request its server refuses:
+    ``ServerRefuses``) its sampling parameters, ``fields`` (``bootstrap_room``, ``lora_id``, ...) passed to the
+    constructor where it takes them, the release's defaults for the rest. Then, as the scheduler would have by the
+    time a driver hands the request over: a field the release's constructor has no parameter for set on the request,
+    the row ``req_pool_idx`` written where the release keeps it (``kv_book``), and the ``scheduled`` fields set."""
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     make = Req if request_class is None else request_class
     params = inspect.signature(Req.__init__).parameters
     taken = {k: v for k, v in fields.items() if k in params}
-    req = make(rid, "", _prompt(params, prompt), SamplingParams(max_new_tokens=max_new_tokens), **taken)
+    unknown = sorted(set(sampling or {}) - set(inspect.signature(SamplingParams).parameters))
+    if unknown:
+        raise ServerRefuses(
+            f"this release's SamplingParams takes no {', '.join(unknown)}: its server refuses the request"
+        )
+    sampling_params = SamplingParams(max_new_tokens=max_new_tokens, **(sampling or {}))
+    req = make(rid, "", _prompt(params, prompt), sampling_params, **taken)
     if req_pool_idx is not None:
         kv_book(req).req_pool_idx = req_pool_idx
     for name, value in {**{k: v for k, v in fields.items() if k not in taken}, **(scheduled or {})}.items():
