@@ -240,6 +240,16 @@ def test_a_configuration_the_server_refuses_is_discarded_and_counted(tmp_path: P
     assert q1["refused"] == q1["examples"] > 0, q1
 
 
+@pytest.mark.parametrize("name", ["refusing_greedy", "refusing_bias"])
+def test_a_refusal_from_the_scheduler_setup_or_the_request_class_is_discarded_too(tmp_path: Path, name: str) -> None:
+    """``ServerRefuses`` raised where the target builds what a unit's call runs in - its request objects
+    (``request_factory``), its scheduler's setup (``scheduler_scope``) - discards the example as a unit's does."""
+    code, report = check(tmp_path, "--target", f"tests.user_targets:{name}", "-k", "test_p27_")
+    p27 = report["properties"][0]
+    assert code == exitcodes.OK and p27["status"] == "passed", p27
+    assert 0 < p27["refused"] < p27["examples"], p27
+
+
 def test_run_property_discards_refused_configurations_too() -> None:
     """The programmatic runner (``pdverify.runner.run_property``: ``mutate``, user scripts) treats a refused
     configuration as ``pdverify check`` does: discarded, and a property whose every example is refused has no

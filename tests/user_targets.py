@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from pdverify.production.page_index import PageIndices
 from pdverify.targets import ServerRefuses, Target, load_target
+from pdverify.targets.layouts import DuckRequest
 
 
 def _floor_off_by_page(length: int, page_size: int) -> int:
@@ -147,3 +150,24 @@ def _refuses_everything(case: Any, device: str) -> Any:
 
 refusing_everything = _PORT.derive("user-refusing-everything", decode_queue=_refuses_everything)
 """A server that refuses every configuration: a property left with no example is not a pass."""
+
+
+@contextlib.contextmanager
+def _refuses_greedy(batch: Any) -> Iterator[None]:
+    if any(r.sampling_params.temperature == 0.0 for r in batch.reqs):
+        raise ServerRefuses("this server samples every request: temperature 0 refused")
+    yield
+
+
+refusing_greedy = _PORT.derive("user-refusing-greedy", scheduler_scope=_refuses_greedy)
+"""A server whose scheduler setup (``scheduler_scope``) refuses part of the drawn batches: discarded and counted."""
+
+
+def _refuses_bias(request: Any) -> Any:
+    if request.sampling.logit_bias:
+        raise ServerRefuses("this server takes no logit bias")
+    return DuckRequest()
+
+
+refusing_bias = _PORT.derive("user-refusing-bias", request_factory=_refuses_bias)
+"""A server whose request class (``request_factory``) refuses part of the drawn requests: discarded and counted."""
