@@ -85,6 +85,25 @@ def test_compare_units_counts_differences_and_presence() -> None:
     assert diffs["gone"].kinds == {"presence": 1} and diffs["gone"].example["newer"] == "not supplied"
 
 
+def test_an_input_either_server_refuses_is_not_compared() -> None:
+    """A configuration one release's server refuses (``ServerRefuses``: 0.4.7's ``SamplingParams`` takes no logit
+    bias) is outside that release's domain: the two releases are compared on the inputs both accept."""
+    from pdverify.targets import ServerRefuses
+
+    def refusing(batch: Any) -> None:
+        raise ServerRefuses("takes no logit bias")
+
+    probe = PROBES["prepare_for_prebuilt"]
+    inputs = corpora.make_corpus(None, 1, ["prepare_for_prebuilt"])["inputs"]["prepare_for_prebuilt"]
+    assert run_probe(probe, load_target("pdverify").derive("r", prepare_for_prebuilt=refusing), inputs) == [
+        {"refused": "takes no logit bias"}
+    ]
+    older = {"u": [{"refused": "no"}, {"returns": 2}, {"returns": 5}]}
+    newer = {"u": [{"returns": 1}, {"returns": 3}, {"returns": 5}]}
+    (diff,) = compare_units(older, newer)
+    assert (diff.compared, diff.refused, diff.differing, diff.example["input"]) == (2, 1, 1, 1)
+
+
 def test_a_corpus_is_derandomized_and_follows_the_release_domain() -> None:
     units = ["prepare_for_prebuilt", "page_align_floor"]
     first, again = corpora.make_corpus("0.5.10", 25, units), corpora.make_corpus("0.5.10", 25, units)

@@ -26,6 +26,8 @@ class UnitDifference:
     """Per path (kind: path): differing inputs."""
     example: dict[str, Any] = field(default_factory=dict)
     """The first differing input: its index, kind, path and both sides' values there."""
+    refused: int = 0
+    """Inputs not compared: a configuration either release's server refuses (``ServerRefuses``)."""
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, str, Any, Any] | None:
@@ -80,6 +82,10 @@ def compare_units(older: dict[str, Any], newer: dict[str, Any]) -> list[UnitDiff
         n = min(len(a), len(b))
         diff = UnitDifference(unit, n, 0)
         for i in range(n):
+            if "refused" in a[i] or "refused" in b[i]:  # an input one release's server refuses is not compared
+                diff.compared -= 1
+                diff.refused += 1
+                continue
             found = first_difference(a[i], b[i])
             if found is None:
                 continue

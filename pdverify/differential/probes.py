@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pdverify.differential.normalize import normalize, raised
 from pdverify.model.layout import PagedRow, build_req_to_token
-from pdverify.targets import Target
+from pdverify.targets import ServerRefuses, Target
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,9 @@ PROBES: dict[str, Probe] = _catalogue()
 
 
 def run_probe(probe: Probe, target: Target, inputs: list[dict[str, Any]], device: str = "cpu") -> list[Any] | str:
-    """``probe``'s unit on each input: the normalised result or exception of each, in order; or why the target
-    cannot be probed (a unit it does not supply, with the target's reason)."""
+    """``probe``'s unit on each input: the normalised result or exception of each, in order (``{"refused": why}``
+    where the target's server refuses the input: ``ServerRefuses``); or why the target cannot be probed (a unit it
+    does not supply, with the target's reason)."""
     missing = [u for u in (probe.unit, *probe.needs) if not target.supplies(u)]
     if missing:
         reasons = dict(target.unit_sources)
@@ -164,6 +165,8 @@ def run_probe(probe: Probe, target: Target, inputs: list[dict[str, Any]], device
     for x in inputs:
         try:
             results.append({"returns": normalize(probe.call(target, x, device))})
+        except ServerRefuses as exc:  # outside the release's domain: not a behaviour to compare
+            results.append({"refused": str(exc)})
         except Exception as exc:  # a unit's exception is part of its behaviour
             results.append(raised(exc))
     return results
