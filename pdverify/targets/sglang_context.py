@@ -84,11 +84,12 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     ``enable_deterministic_inference``):
 
     * 0.5.22 on: SGLang's own context for a decode scheduler (``context``), in use for the block;
-    * 0.5.16-0.5.21 (``runtime_context`` without ``create_context``): a fresh ``RuntimeContext`` the release's own
-      ``publish`` (0.5.17 on) or ``set_server_args`` (0.5.16) projects the server arguments into, swapped in for
-      the block as the process context (and swapped out after, so no other driver sees it);
-    * 0.5.3.post2-0.5.15: the server arguments set through ``set_global_server_args_for_scheduler``, the previous
-      ones put back after;
+    * 0.5.15-0.5.21 (a ``RuntimeContext`` that holds the server arguments, no ``create_context``; 0.5.15-0.5.16's
+      ``get_global_server_args`` reads it): a fresh ``RuntimeContext`` the release's own ``publish`` (0.5.17 on) or
+      ``set_server_args`` (0.5.15-0.5.16) projects the server arguments into, swapped in for the block as the
+      process context (and swapped out after, so no other driver sees it);
+    * 0.5.3.post2-0.5.14: the server arguments set as ``set_global_server_args_for_scheduler`` sets them, the
+      previous ones put back after (0.5.14's ``runtime_context`` does not hold them yet);
     * 0.5.1-0.5.3.post1: nothing - ``global_server_args_dict`` holds the defaults from import;
     * 0.4.x: the batch carries ``enable_custom_logit_processor``, which ``ScheduleBatch.init_new`` copies from the
       server arguments.
@@ -109,7 +110,7 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
             yield
         return
     runtime = _runtime_module()
-    if runtime is not None and hasattr(runtime, "RuntimeContext"):
+    if runtime is not None and hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args"):
         ctx = _runtime_context(runtime)
         with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
             yield
@@ -140,7 +141,7 @@ def _verify_sampling(batch: Any) -> None:  # pragma: no cover - conformance venv
 
 
 def _runtime_module() -> Any:  # pragma: no cover - conformance venv
-    """``sglang.srt.runtime_context`` (0.5.16 on), None before."""
+    """``sglang.srt.runtime_context`` (0.5.14 on), None before."""
     try:
         from sglang.srt import runtime_context
     except ImportError:
@@ -152,9 +153,9 @@ _RUNTIME: list[Any] = []
 
 
 def _runtime_context(runtime: Any) -> Any:  # pragma: no cover - conformance venv
-    """A ``RuntimeContext`` of 0.5.16-0.5.21 with a decode scheduler's default server arguments projected into it
+    """A ``RuntimeContext`` of 0.5.15-0.5.21 with a decode scheduler's default server arguments projected into it
     by the release's own ``publish`` (0.5.17 on; it publishes into the module's ``_CONTEXT``, swapped for the call)
-    or ``set_server_args`` (0.5.16); built once per process."""
+    or ``set_server_args`` (0.5.15-0.5.16); built once per process."""
     if not _RUNTIME:
         from unittest import mock
 
