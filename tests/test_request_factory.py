@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pdverify.model.batch import Request, SamplingSettings
+from pdverify.model.batch import Request
 from pdverify.production.prebuilt import prepare_for_prebuilt
 from pdverify.properties.test_prebuilt import seed_batch
 from pdverify.runner import load_properties, run_property
@@ -41,7 +41,7 @@ class ReleaseReq:
 
 def _own_requests(cls: type = ReleaseReq) -> Any:
     def factory(request: Request) -> Any:
-        params = SimpleNamespace(max_new_tokens=16, **{**vars(SamplingSettings()), **request.sampling.keywords()})
+        params = SimpleNamespace(max_new_tokens=16, **vars(request.sampling))
         return guarded_class(cls)("r", "", array("q", request.origin_input_ids), params)
 
     return load_target("pdverify").derive("own-req", request_factory=factory)

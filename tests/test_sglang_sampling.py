@@ -17,13 +17,9 @@ from unittest import mock
 import pytest
 import torch
 
+from tests.sglang_release import release_target
+
 sampling = pytest.importorskip("sglang.srt.sampling.sampling_batch_info", reason="needs SGLang (the conformance env)")
-
-
-def _target() -> Any:
-    from tests.sglang_release import release_target
-
-    return release_target()
 
 
 def _batch() -> Any:
@@ -37,7 +33,7 @@ def _batch() -> Any:
 def test_the_sampling_info_is_sglangs_own() -> None:
     from pdverify.targets.layouts import run_prepare_for_prebuilt
 
-    out = run_prepare_for_prebuilt(_target(), _batch(), "cpu", measure=True)
+    out = run_prepare_for_prebuilt(release_target(), _batch(), "cpu", measure=True)
     info = out.fields["sampling_info"]
     assert isinstance(info, sampling.SamplingBatchInfo) and info is out.sampling_info_returned
     top_ks = [r.sampling_params.top_k for r in out.batch_object.reqs]
@@ -50,7 +46,7 @@ def test_the_sampling_info_is_sglangs_own() -> None:
 def test_b3_fails_when_the_sampling_info_copies_the_prompt() -> None:
     from pdverify.runner import load_properties, run_property
 
-    target = _target()
+    target = release_target()
     info = load_properties()["B3"]
     released_status = run_property(info, target).status
     if released_status == "not applicable":
@@ -72,7 +68,7 @@ def test_the_release_reads_the_published_configuration() -> None:
     without it the release refuses (nothing published); before, the defaults are there from import."""
     from pdverify.targets.layouts import run_prepare_for_prebuilt
 
-    target = _target()
+    target = release_target()
     assert target.scheduler_scope is not None
     bare = target.derive("no-scope", scheduler_scope=None)
     source = open(sampling.__file__).read()  # noqa: SIM115 - a read of the release's own module

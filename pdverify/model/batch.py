@@ -133,9 +133,9 @@ class PrebuiltOutcome:
     req_to_token_after: Any
     batch_object: Any = None
     ledger: Any = None
+    """The ``TransferLedger`` of the target call, when measured."""
     request_objects: list[Any] = field(default_factory=list)
     """The request objects handed to the target, in batch order (``batch_object.reqs`` as it was before the call)."""
-    """The ``TransferLedger`` of the target call, when measured."""
 
 
 def validate_batch(batch: PrebuiltBatch) -> None:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, cast
 import torch
 
 from pdverify.ledger import TransferLedger
-from pdverify.model.batch import PrebuiltBatch, PrebuiltOutcome, Request, RequestAfter, SamplingSettings
+from pdverify.model.batch import PrebuiltBatch, PrebuiltOutcome, Request, RequestAfter
 from pdverify.targets.protocol import Target, TargetError
 
 BATCH_FIELDS: tuple[str, ...] = (
@@ -265,9 +265,7 @@ def build_request(
     if req.pd_rebootstrap_in_progress is not None:
         duck.pd_rebootstrap_in_progress = req.pd_rebootstrap_in_progress  # type: ignore[attr-defined]
     if _own(duck, "sampling_params") is None:  # a real request class built its own from the settings
-        duck.sampling_params = SimpleNamespace(  # type: ignore[attr-defined]
-            **{**vars(SamplingSettings()), **req.sampling.keywords()}
-        )
+        duck.sampling_params = SimpleNamespace(**vars(req.sampling))  # type: ignore[attr-defined]
     logprob = _own(duck, "logprob")
     if logprob is None:
         duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]

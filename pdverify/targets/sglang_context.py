@@ -7,7 +7,10 @@ otherwise (``server_args``, module getters): the drivers patch those in and say 
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 _CONTEXTS: dict[str, Any] = {}
 
@@ -17,18 +20,12 @@ def context(mode: str) -> tuple[Any, Any] | None:  # pragma: no cover - conforma
     device="cpu", disaggregation_mode=mode)``), built once per process and mode; None where the release has no
     ``create_context``."""
     if mode not in _CONTEXTS:
-        try:
-            from sglang.srt import runtime_context as runtime
-            from sglang.srt.server_args import ServerArgs
-        except ImportError:
+        runtime = _runtime_module()
+        if runtime is None or not hasattr(runtime, "create_context"):
             _CONTEXTS[mode] = None
         else:
-            if not hasattr(runtime, "create_context"):
-                _CONTEXTS[mode] = None
-            else:
-                server_args: Any = ServerArgs  # its fields are declared by groups, which mypy does not see
-                args = server_args(model_path="dummy", device="cpu", disaggregation_mode=mode)
-                _CONTEXTS[mode] = (runtime, runtime.create_context(args, role="scheduler"))
+            args = _default_server_args(mode, resolved=True)
+            _CONTEXTS[mode] = (runtime, runtime.create_context(args, role="scheduler"))
     found: tuple[Any, Any] | None = _CONTEXTS[mode]
     return found
 
@@ -47,33 +44,27 @@ def published(mode: str, leaves: dict[str, dict[str, Any]]) -> contextlib.ExitSt
     return stack
 
 
-_DEFAULTS: dict[str, Any] = {}
-
-
+@functools.cache
 def _default_server_args(mode: str, *, resolved: bool) -> Any:  # pragma: no cover - conformance venv
     """The release's ``ServerArgs`` for a ``mode`` server at every default, built once per process: through its
     constructor where ``resolved`` (``__post_init__`` resolves the defaults), else each declared field at its
     declared default (0.5.3.post2-0.5.5's ``__post_init__`` reads the model's Hugging Face config, which a ``dummy``
     model path has not)."""
-    key = f"{mode}/{resolved}"
-    if key not in _DEFAULTS:
-        import dataclasses
+    import dataclasses
 
-        from sglang.srt.server_args import ServerArgs
+    from sglang.srt.server_args import ServerArgs
 
-        server_args: Any = ServerArgs
-        if resolved:
-            _DEFAULTS[key] = server_args(model_path="dummy", device="cpu", disaggregation_mode=mode)
-        else:
-            args = object.__new__(server_args)
-            for f in dataclasses.fields(server_args):
-                if f.default is not dataclasses.MISSING:
-                    setattr(args, f.name, f.default)
-                elif f.default_factory is not dataclasses.MISSING:
-                    setattr(args, f.name, f.default_factory())
-            args.model_path, args.device, args.disaggregation_mode = "dummy", "cpu", mode
-            _DEFAULTS[key] = args
-    return _DEFAULTS[key]
+    server_args: Any = ServerArgs  # its fields are declared by groups, which mypy does not see
+    if resolved:
+        return server_args(model_path="dummy", device="cpu", disaggregation_mode=mode)
+    args = object.__new__(server_args)
+    for f in dataclasses.fields(server_args):
+        if f.default is not dataclasses.MISSING:
+            setattr(args, f.name, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            setattr(args, f.name, f.default_factory())
+    args.model_path, args.device, args.disaggregation_mode = "dummy", "cpu", mode
+    return args
 
 
 @contextlib.contextmanager
@@ -97,11 +88,7 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.verify`` (what the
     tokenizer manager runs before a request reaches a scheduler): a request it refuses raises ``ServerRefuses``.
     """
-    from unittest import mock
-
     from sglang.srt import server_args as server_args_module
-
-    server_args: Any = server_args_module.ServerArgs  # its fields are declared by groups, which mypy does not see
 
     _verify_sampling(batch)
     stack = published("decode", {})
@@ -111,8 +98,7 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
         return
     runtime = _runtime_module()
     if runtime is not None and hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args"):
-        ctx = _runtime_context(runtime)
-        with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
+        with _as_process_context(runtime, _runtime_context(runtime)):
             yield
         return
     if hasattr(server_args_module, "set_global_server_args_for_scheduler"):
@@ -121,7 +107,8 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
             yield
         return
     if _batch_flag():
-        batch.enable_custom_logit_processor = server_args.enable_custom_logit_processor
+        declared: Any = server_args_module.ServerArgs  # its fields are declared by groups, which mypy does not see
+        batch.enable_custom_logit_processor = declared.enable_custom_logit_processor
     yield
 
 
@@ -149,25 +136,26 @@ def _runtime_module() -> Any:  # pragma: no cover - conformance venv
     return runtime_context
 
 
-_RUNTIME: list[Any] = []
-
-
+@functools.cache
 def _runtime_context(runtime: Any) -> Any:  # pragma: no cover - conformance venv
     """A ``RuntimeContext`` of 0.5.15-0.5.21 with a decode scheduler's default server arguments projected into it
     by the release's own ``publish`` (0.5.17 on; it publishes into the module's ``_CONTEXT``, swapped for the call)
     or ``set_server_args`` (0.5.15-0.5.16); built once per process."""
-    if not _RUNTIME:
-        from unittest import mock
+    ctx = runtime.RuntimeContext(parallel=runtime.ParallelContext())
+    args = _default_server_args("decode", resolved=True)
+    if hasattr(runtime, "publish"):
+        with _as_process_context(runtime, ctx):
+            runtime.publish(args, role="scheduler")
+    else:
+        ctx.set_server_args(args)
+    return ctx
 
-        ctx = runtime.RuntimeContext(parallel=runtime.ParallelContext())
-        args = _default_server_args("decode", resolved=True)
-        if hasattr(runtime, "publish"):
-            with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
-                runtime.publish(args, role="scheduler")
-        else:
-            ctx.set_server_args(args)
-        _RUNTIME.append(ctx)
-    return _RUNTIME[0]
+
+@contextlib.contextmanager
+def _as_process_context(runtime: Any, ctx: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """``ctx`` in place of the release's process context (``_CONTEXT`` and its ``_PARALLEL``) for the block."""
+    with mock.patch.object(runtime, "_CONTEXT", ctx), mock.patch.object(runtime, "_PARALLEL", ctx.parallel):
+        yield
 
 
 def _batch_flag() -> bool:  # pragma: no cover - conformance venv
