@@ -139,9 +139,23 @@ def draw_prefill_sends(
     # the room's peer has prefill's DCP size, the pack buffer another decode instance's (drawn after the rest)
     if case.dcp_max_tokens is not None and c.boolean(lean=True):
         case = replace(case, dcp_relayout=False)
+    if any(k in SWA_WINDOW_TYPES for k in case.state_types):  # a hybrid SWA model: prefill's own SWA pool
+        case = replace(case, swa_pages=_swa_pages(c, case))
     if REGISTRY:  # registered request fields, drawn last (nothing drawn, nothing changed, when none is registered)
         case = replace(case, extra=draw_fields(c))
     return case
+
+
+def _swa_pages(c: Choices, case: PrefillCase) -> tuple[int, ...]:
+    """The SWA page of each page of ``case``'s row (``PrefillCase.swa_pages``): distinct pages of the SWA pool, in
+    its own (seeded) order; under a coin the pages wholly before ``L - W`` are released (0), as the SWA pool
+    frees what slid out of the window."""
+    count = pages_needed(case.length, case.page_size)
+    pages = distinct_sample(c, 1, count + 64, count)
+    if c.boolean(lean=True):
+        first = max(0, case.length - case.window) // case.page_size
+        pages[:first] = [0] * first
+    return tuple(pages)
 
 
 def _state_types(d: int) -> list[str]:

@@ -53,6 +53,12 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (prefill, {"translation": (0, 0, 7, 0, 0, 7)}, "distinct physical pages >= 1"),
         (prefill, {"translation": (0,) * 30}, "distinct physical pages >= 1"),
         (prefill, {"state_types": ("MAMBA",)}, "unknown state types ['MAMBA']"),
+        (prefill, {"swa_pages": (3, 4)}, "swa_pages needs an SWA window state type"),
+        (prefill, {"swa_pages": (3,), "state_types": ("SWA",)}, "swa_pages has 1 entries, expected one per page"),
+        (prefill, {"swa_pages": (3, 3), "state_types": ("SWA",)}, "distinct SWA pages >= 1"),
+        (prefill, {"swa_pages": (-1, 3), "state_types": ("SWA",)}, "distinct SWA pages >= 1"),
+        # L - W = 2: page 0 is still in the sliding window
+        (prefill, {"swa_pages": (0, 3), "state_types": ("SWA",), "window": 6}, "releases a page of the sliding"),
         (prefill, {"window": 0}, "window"),
         (prefill, {"window": 9, "ring_size": 8}, "ring_size=8 must be >= window=9"),
         (prefill, {"rank_split": ("tp", 0, 2)}, "rank_split=('tp', 0, 2) must be (mode, rank, size)"),

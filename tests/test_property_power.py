@@ -66,7 +66,7 @@ KILLERS: dict[str, list[str]] = {
     "S23": ["XE07"],
     "S24": ["XB08", "XB09"],  # the limit for every room's peer; the ceiling not rounded up to a page
     "S14": ["XT02"],
-    "P15": ["XS01", "XS02", "XS03"],
+    "P15": ["XS01", "XS02", "XS03", "XT05", "XT06"],
     "P16": ["XS04", "XS05"],
     "P17": ["XS06", "XS07"],
     "P18": ["XS08", "XS09", "XS10"],
@@ -86,7 +86,7 @@ KILLERS: dict[str, list[str]] = {
     "Q4": ["XQ05", "XQ06", "XQ10", "XQ12", "XQ13", "XQ15", "XQ16", "XQ22", "XQ23", "XQ28"],
     "Q5": ["XQ14", "XQ16", "XQ17", "XQ26"],
     "Q6": ["XQ18", "XQ19", "XQ20", "XQ22", "XQ24", "XQ29"],
-    "P18p": ["XD02", "XS01", "XS06", "XK05"],
+    "P18p": ["XD02", "XS01", "XS06", "XK05", "XT05"],
 }
 
 

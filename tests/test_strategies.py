@@ -22,7 +22,9 @@ from pdverify.strategies import (
     index_dtypes,
     page_sizes,
     paged_rows,
+    pd_exchanges,
     pd_pairs,
+    prefill_cases,
     rank_splits,
     requests,
     sender_cases,
@@ -203,3 +205,39 @@ def test_decode_cases_reach_a_shortfall_ending_inside_a_cached_sequence() -> Non
         return c.decode_prefix > 0 and short > 0 and any(e > short > e - n for e, n in leaves)
 
     find(decode_cases(), inside, settings=settings(max_examples=3000, database=None))
+
+
+@pytest.mark.parametrize(
+    ("what", "reached"),
+    [
+        (
+            "an SWA window read through prefill's own SWA pool",
+            lambda c: c.swa_pages is not None and "SWA" in c.state_types,
+        ),
+        ("a BLOCK_SCALE_SWA list through it", lambda c: c.swa_pages is not None and "BLOCK_SCALE_SWA" in c.state_types),
+        ("released SWA pages before the window", lambda c: c.swa_pages is not None and 0 in c.swa_pages),
+        (
+            "an SWA map that moves a page of the window",
+            lambda c: (
+                c.swa_pages is not None
+                and any(
+                    c.swa_pages[p // c.page_size] != c.row[p] // c.page_size
+                    for p in range(max(0, c.length - c.window), c.length)
+                )
+            ),
+        ),
+        ("an SWA map on a unified (translated) pool", lambda c: c.swa_pages is not None and c.translation is not None),
+    ],
+)
+def test_prefill_cases_reach_the_swa_pool(what: str, reached: Any) -> None:
+    """Prefill's SWA lists are drawn through an SWA pool of its own: a map that differs from the full pool's pages
+    inside the window (where an untranslated list is wrong), released pages before it, on a unified pool too."""
+    find(prefill_cases(), reached, settings=settings(max_examples=2000, database=None))
+
+
+@settings(max_examples=60, database=None)
+@given(pair=pd_exchanges())
+def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) -> None:
+    """Prefill's side of an exchange with an SWA window list always reads it through its own SWA pool."""
+    pre, _ = pair
+    assert (pre.swa_pages is not None) == any(k in ("SWA", "BLOCK_SCALE_SWA") for k in pre.state_types)

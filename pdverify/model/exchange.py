@@ -123,6 +123,13 @@ class PrefillCase:
     t % page_size`` as int64 (SGLang's ``translate_kv_indices_for_transfer``); None: the identity (ids stay
     int32)."""
     state_types: tuple[str, ...] = ()
+    swa_pages: tuple[int, ...] | None = None
+    """A hybrid SWA model's own sliding-window pool: entry ``i`` is the SWA page holding the row's logical page ``i``
+    (tokens ``[i * page_size, (i + 1) * page_size)``), 0 for a page the SWA pool already released (only pages wholly
+    before ``L - W``: the SWA pool frees what slid out of the window). The SWA and BLOCK_SCALE_SWA lists name these
+    pages: SGLang translates the window's full-pool ids with ``translate_swa_indices_for_transfer`` (``SWAKVPool``'s
+    ``full_to_swa_index_mapping``; on a unified pool the SWA sub-pool's page table) before paging them, as int64.
+    None: the SWA ids are the full pool's (both pools handed out the same slots)."""
     overlap: bool = False
     """The overlap scheduler: an early send records the prior forward's completion event for its transfer."""
     host_tensor_indices: bool = False
@@ -252,6 +259,8 @@ class PrefillCase:
             )
         if self.translation is not None:
             self._check_translation(self.translation)
+        if self.swa_pages is not None:
+            self._check_swa_pages(self.swa_pages)
         unknown = set(self.state_types) - set(STATE_TYPES)
         if unknown:
             raise ValueError(f"unknown state types {sorted(unknown)} (known: {', '.join(STATE_TYPES)})")
@@ -292,6 +301,25 @@ class PrefillCase:
         if any(p < 1 for p in physical) or len(set(physical)) != len(physical):
             raise ValueError(
                 "translation must map the row's virtual pages to distinct physical pages >= 1 (page 0 is the sink)"
+            )
+
+    def _check_swa_pages(self, swa_pages: tuple[int, ...]) -> None:
+        if not any(k in SWA_WINDOW_TYPES for k in self.state_types):
+            raise ValueError(
+                f"swa_pages needs an SWA window state type ({', '.join(SWA_WINDOW_TYPES)}) in state_types="
+                f"{self.state_types}: only those lists are read through the SWA pool"
+            )
+        count = -(-self.length // self.page_size)
+        if len(swa_pages) != count:
+            raise ValueError(f"swa_pages has {len(swa_pages)} entries, expected one per page of the row ({count})")
+        held = [p for p in swa_pages if p != 0]
+        if any(p < 0 for p in swa_pages) or len(set(held)) != len(held):
+            raise ValueError("swa_pages must name distinct SWA pages >= 1 (0: a page the SWA pool released)")
+        start = max(0, self.length - self.window) // self.page_size
+        if 0 in swa_pages[start:]:
+            raise ValueError(
+                f"swa_pages releases a page of the sliding window (pages {start}..{count - 1}, from L - W = "
+                f"{self.length - self.window}): the SWA pool keeps the window's pages"
             )
 
     @property

@@ -37,6 +37,11 @@ def _row(req: port.PrefillRequest) -> torch.Tensor:
     return req.table[req.case.req_pool_idx]
 
 
+def _swa_row(req: port.PrefillRequest) -> torch.Tensor:
+    """The row in the SWA pool (the port's own full-to-SWA translation)."""
+    return port.translate_swa(req.case, _row(req))
+
+
 # --- state payloads ---------------------------------------------------------------------------------
 
 
@@ -45,7 +50,7 @@ def swa_page_late(case: PrefillCase, device: str) -> PrefillTrace:
     def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
         ps = req.case.page_size
         start = (max(req.decode_prefix, seq_len - req.case.window) // ps + 1) * ps
-        return kv_to_page_indices(_row(req)[start:seq_len], ps)
+        return kv_to_page_indices(_swa_row(req)[start:seq_len], ps)
 
     return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
 
@@ -55,7 +60,7 @@ def swa_before_prefix(case: PrefillCase, device: str) -> PrefillTrace:
     def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
         ps = req.case.page_size
         start = (max(0, seq_len - req.case.window) // ps) * ps
-        return kv_to_page_indices(_row(req)[start:seq_len], ps)
+        return kv_to_page_indices(_swa_row(req)[start:seq_len], ps)
 
     return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
 
@@ -64,7 +69,7 @@ def swa_before_prefix(case: PrefillCase, device: str) -> PrefillTrace:
 def swa_unaligned(case: PrefillCase, device: str) -> PrefillTrace:
     def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
         start = max(req.decode_prefix, seq_len - req.case.window)
-        return kv_to_page_indices(_row(req)[start:seq_len], req.case.page_size)
+        return kv_to_page_indices(_swa_row(req)[start:seq_len], req.case.page_size)
 
     return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
 
@@ -292,6 +297,30 @@ def host_tensor_not_divided(case: PrefillCase, device: str) -> PrefillTrace:
 def untranslated(case: PrefillCase, device: str) -> PrefillTrace:
     with mock.patch.object(port, "translate", lambda c, kv: kv):
         return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XT05", "prefill_exchange", "dropped translation", "the SWA window sent as full-pool pages (no full-to-SWA map)"
+)
+def swa_window_untranslated(case: PrefillCase, device: str) -> PrefillTrace:
+    with mock.patch.object(port, "translate_swa", lambda c, kv: kv):
+        return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XT06",
+    "prefill_exchange",
+    "wrong operand",
+    "the SWA window paged first and its page ids looked up in the token-level full-to-SWA map",
+)
+def swa_pages_translated(case: PrefillCase, device: str) -> PrefillTrace:
+    def payload(req: port.PrefillRequest, seq_len: int) -> PageIndices:
+        ps = req.case.page_size
+        start = (max(req.decode_prefix, seq_len - req.case.window) // ps) * ps
+        pages = torch.as_tensor(kv_to_page_indices(_row(req)[start:seq_len], ps))
+        return port.translate_swa(req.case, pages).cpu().numpy()
+
+    return _with_payload(("SWA", "BLOCK_SCALE_SWA"), payload, case, device)
 
 
 @mutant("XT02", "prefill_exchange", "wrong dtype", "translated ids narrowed back to int32")

@@ -32,13 +32,22 @@ def window_start(case: PrefillCase) -> int:
     return start - start % case.page_size
 
 
+def swa_locations(case: PrefillCase) -> list[int]:
+    """The row in the SWA pool: position ``i`` keeps its offset in the page and takes the SWA page of its logical
+    page ``i // page_size`` (``swa_pages``); without an SWA map, the full pool's locations."""
+    if case.swa_pages is None:
+        return list(case.row)
+    ps = case.page_size
+    return [case.swa_pages[i // ps] * ps + i % ps for i in range(case.length)]
+
+
 def state_lists(case: PrefillCase) -> list[list[int]]:
     """P15-P17 on the prefill side: one list per state type, in the pool's order."""
     row, ps, d, n = list(case.row), case.page_size, case.decode_prefix, case.length
     out: list[list[int]] = []
     for kind in case.state_types:
         if kind in ("SWA", "BLOCK_SCALE_SWA"):
-            out.append(_pages(row[window_start(case) : n], ps))
+            out.append(_pages(swa_locations(case)[window_start(case) : n], ps))
         elif kind in ("DSA", "MINIMAX_INDEX_K"):
             out.append(_pages(row[d:n], ps))
         elif kind in ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE"):

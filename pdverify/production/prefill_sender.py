@@ -176,7 +176,19 @@ def _swa_payload(req: PrefillRequest, seq_len: int) -> PageIndices:
     ps = req.case.page_size
     start = max(req.decode_prefix, seq_len - req.case.window)
     start = (start // ps) * ps
-    return kv_to_page_indices(req.table[req.case.req_pool_idx, start:seq_len], ps)
+    return kv_to_page_indices(translate_swa(req.case, req.table[req.case.req_pool_idx, start:seq_len]), ps)
+
+
+def translate_swa(case: PrefillCase, kv: torch.Tensor) -> torch.Tensor:
+    """``translate_swa_indices_for_transfer``: full-pool ids to the SWA pool's through the full-to-SWA map (int64;
+    page ``i`` of the row holds ``swa_pages[i]``), or the identity without an SWA pool of its own."""
+    if case.swa_pages is None:
+        return kv
+    ps = case.page_size
+    mapping = torch.zeros(max(case.row) + 1, dtype=torch.int64, device=kv.device)
+    for i, loc in enumerate(case.row):
+        mapping[loc] = case.swa_pages[i // ps] * ps + i % ps
+    return mapping[kv.to(torch.int64)]
 
 
 def _full_kv_pages_payload(req: PrefillRequest, seq_len: int) -> PageIndices:

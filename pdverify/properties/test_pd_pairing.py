@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from pdverify.model.exchange import (
+    SWA_WINDOW_TYPES,
     DecodeCase,
     DecodeTrace,
     PrefillCase,
@@ -67,7 +68,9 @@ def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[Prefi
         for i, (p_page, d_page) in enumerate(zip(p_list, d_list, strict=True)):
             pos = (first + i) * ps
             assert pos < n, f"{kind}: position {i} is logical page {first + i}, past L={n}"
-            assert p_page == pre.row[pos] // ps, (
+            # an SWA list names prefill's SWA pool's page of the logical page where it has one of its own
+            own = pre.swa_pages if kind in SWA_WINDOW_TYPES and pre.swa_pages is not None else None
+            assert p_page == (pre.row[pos] // ps if own is None else own[first + i]), (
                 f"{kind}[{i}]: prefill page {p_page} is not its logical page {first + i}"
             )
             assert d_page == got.row[pos] // ps, (

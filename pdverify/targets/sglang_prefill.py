@@ -201,15 +201,19 @@ def _duck_scheduler(  # pragma: no cover - conformance venv
     window: int,
     ring_size: int,
     set_buf: list[str],
+    translate_swa: Any = None,
 ) -> Any:
-    """A prefill scheduler without ``__init__`` holding what ``_send_kv_chunk`` reads (sglang-real-paths 2.1)."""
+    """A prefill scheduler without ``__init__`` holding what ``_send_kv_chunk`` reads (sglang-real-paths 2.1).
+    ``translate_swa``: the full-to-SWA translation of the request's own SWA pool (``_swa_translation``); None: no SWA
+    pool of its own, the identity."""
     kvcache = SimpleNamespace(request_window=None, unified_swa_ring_size=ring_size, unified_swa_window=window)
+    to_swa = translate_swa if translate_swa is not None else (lambda t: t)
     allocator = SimpleNamespace(
         page_size=page_size,
         translate_kv_indices_for_transfer=translate,
-        # no SWA pool: the full-to-SWA translation is the identity (translate_loc_from_full_to_swa before 0.5.20)
-        translate_swa_indices_for_transfer=lambda t: t,
-        translate_loc_from_full_to_swa=lambda t: t,
+        # the full-to-SWA translation (translate_loc_from_full_to_swa before 0.5.20)
+        translate_swa_indices_for_transfer=to_swa,
+        translate_loc_from_full_to_swa=to_swa,
         get_kvcache=lambda: kvcache,
     )
 
@@ -449,6 +453,75 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
     return lambda t: translate_token_ids(loc=t, v2p=v2p, page_size=case.page_size)
 
 
+def _swa_translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - conformance venv
+    """The release's own full-to-SWA translation over the case's SWA pool (``swa_pages``), bound to SGLang's
+    allocator: on a unified pool (a page table, ``translation``) ``UnifiedSWATokenToKVPoolAllocator``'s
+    ``translate_swa_indices_for_transfer`` over its SWA sub-pool's ``MultiEndedAllocator`` whose page table maps each
+    virtual page of the row to its SWA page; otherwise ``SWATokenToKVPoolAllocator``'s (before 0.5.20
+    ``translate_loc_from_full_to_swa``) over an ``SWAKVPool`` holding the full-to-SWA map (SGLang's own layout: a
+    slot per full-pool id, then the ``-1`` sentinel). The maps are state injection; the pools' buffers are never
+    read. None without an SWA pool of its own."""
+    if case.swa_pages is None:
+        return None
+    ps, row = case.page_size, case.row
+    if case.translation is not None and (unified := _unified_swa_allocator()) is not None:
+        v2p = torch.zeros(len(case.translation), dtype=torch.int64, device=device)
+        for i in range(0, case.length, ps):
+            v2p[row[i] // ps] = case.swa_pages[i // ps]
+        own = unified.__new__(unified)
+        own.swa_attn_allocator = _multi_ended(v2p, ps)
+        return own.translate_swa_indices_for_transfer
+    mapping = torch.zeros((max(row) // ps + 2) * ps + 1, dtype=torch.int64, device=device)
+    mapping[-1] = -1
+    for i, loc in enumerate(row):
+        mapping[loc] = case.swa_pages[i // ps] * ps + i % ps
+    pool_class, allocator_class = _swa_classes()
+    pool = pool_class.__new__(pool_class)
+    allocator = allocator_class.__new__(allocator_class)
+    # the allocator builds the map and registers it with its pool (register_mapping); older ones read their own
+    pool.full_to_swa_index_mapping = allocator.full_to_swa_index_mapping = mapping
+    allocator._kvcache, allocator.page_size = pool, ps
+    name = "translate_swa_indices_for_transfer"
+    return getattr(allocator, name if hasattr(allocator_class, name) else "translate_loc_from_full_to_swa")
+
+
+def _swa_classes() -> tuple[Any, Any]:  # pragma: no cover - conformance venv
+    """The release's ``SWAKVPool`` and ``SWATokenToKVPoolAllocator``, wherever its tree keeps them."""
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    for name in ("sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.allocator",
+                 "sglang.srt.mem_cache.swa_memory_pool"):  # fmt: skip
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "SWATokenToKVPoolAllocator"):
+            return SWAKVPool, module.SWATokenToKVPoolAllocator
+    raise ImportError("the release has no SWATokenToKVPoolAllocator")
+
+
+def _unified_swa_allocator() -> Any:  # pragma: no cover - conformance venv
+    """``UnifiedSWATokenToKVPoolAllocator`` where the release has a unified hybrid SWA pool, else None."""
+    try:
+        module = importlib.import_module("sglang.srt.mem_cache.allocator.unified_hybrid_swa")
+    except ImportError:
+        return None
+    return getattr(module, "UnifiedSWATokenToKVPoolAllocator", None)
+
+
+def _multi_ended(v2p: torch.Tensor, page_size: int) -> Any:  # pragma: no cover - conformance venv
+    """A ``MultiEndedAllocator`` holding only its page table and page size (all ``translate_kv_loc`` reads)."""
+    try:
+        allocators = importlib.import_module("sglang.srt.mem_cache.allocator.unified_sub_pool")
+    except ImportError:  # 0.5.19: its own module
+        allocators = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
+    multi_ended: Any = allocators.MultiEndedAllocator
+    own = multi_ended.__new__(multi_ended)
+    # the page size it translates by: pool_page_size (0.5.20 on), page_size (0.5.19)
+    own.virtual_to_physical, own.pool_page_size, own.page_size = v2p, page_size, page_size
+    return own
+
+
 def _stage_metrics() -> Any:  # pragma: no cover - conformance venv
     """SGLang's own scheduler stage recorder with timing off (0.5.20 on; 0.5.19's bootstrap queue has none)."""
     try:
@@ -522,6 +595,7 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
         window=case.window,
         ring_size=case.ring_size,
         set_buf=set_buf,
+        translate_swa=_swa_translation(case, device),
     )
     if case.state_types and not state_types:  # one payload chosen by the KV pool's type (to 0.5.11, before #24932)
         pool = object.__new__(_payload_pool_class(prefill, case.state_types))

@@ -1,0 +1,56 @@
+"""Prefill's SWA lists on the ``sglang`` target go through SGLang's own full-to-SWA translation: the request's SWA
+pool (``PrefillCase.swa_pages``) is an ``SWAKVPool`` holding the full-to-SWA map under SGLang's own
+``SWATokenToKVPoolAllocator.translate_swa_indices_for_transfer``, or on a unified pool SGLang's own
+``UnifiedSWATokenToKVPoolAllocator`` over its SWA sub-pool's page table. P15 passes as released and fails with either
+translation planted as the identity (the window sent as full-pool pages), so the real translation is on its path.
+
+Runs in the conformance environment (``.venv-sglang``, SGLang 0.5.23 or a release on ``PYTHONPATH``); skipped where
+SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+pool_module = pytest.importorskip("sglang.srt.mem_cache.swa_memory_pool", reason="needs SGLang (the conformance env)")
+
+
+def _p15() -> tuple[Any, Any]:
+    from pdverify.runner import load_properties, run_property
+    from tests.sglang_release import release_target
+
+    target, p15 = release_target(), load_properties()["P15"]
+    released = run_property(p15, target)
+    if released.status == "not applicable":
+        pytest.skip(f"P15 is not in sglang {target.release}'s contract (state payloads came in 0.5.3.post3)")
+    assert released.status == "passed", released.message
+    return target, p15
+
+
+def _fails(target: Any, p15: Any) -> None:
+    """P15 fails on an SWA list (a planted translation is taken only by its own kind of pool: an ``SWAKVPool`` where
+    the case has no page table, the unified allocator where it has one)."""
+    from pdverify.runner import run_property
+
+    got = run_property(p15, target)
+    assert got.status == "failed" and "SWA state list" in got.message, got.message
+
+
+def test_an_swa_pool_translating_nothing_fails_p15(monkeypatch: pytest.MonkeyPatch) -> None:
+    target, p15 = _p15()
+    monkeypatch.setattr(pool_module.SWAKVPool, "translate_loc_from_full_to_swa", lambda self, kv: kv)
+    _fails(target, p15)
+
+
+def test_a_unified_swa_sub_pool_translating_nothing_fails_p15(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        unified = importlib.import_module("sglang.srt.mem_cache.allocator.unified_hybrid_swa")
+    except ImportError:
+        pytest.skip("the release has no unified hybrid SWA pool")
+    target, p15 = _p15()
+    allocator = unified.UnifiedSWATokenToKVPoolAllocator
+    monkeypatch.setattr(allocator, "translate_swa_indices_for_transfer", lambda self, kv: kv)
+    _fails(target, p15)
