@@ -486,18 +486,21 @@ def _swa_translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover
 
 
 def _swa_classes() -> tuple[Any, Any]:  # pragma: no cover - conformance venv
-    """The release's ``SWAKVPool`` and ``SWATokenToKVPoolAllocator``, wherever its tree keeps them."""
-    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
-
-    for name in ("sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.allocator",
-                 "sglang.srt.mem_cache.swa_memory_pool"):  # fmt: skip
+    """The release's ``SWAKVPool`` and ``SWATokenToKVPoolAllocator``, wherever its tree keeps them (``memory_pool`` and
+    ``allocator`` to 0.5.x, their own modules later)."""
+    found: dict[str, Any] = {}
+    for name in ("sglang.srt.mem_cache.swa_memory_pool", "sglang.srt.mem_cache.memory_pool",
+                 "sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.allocator"):  # fmt: skip
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if hasattr(module, "SWATokenToKVPoolAllocator"):
-            return SWAKVPool, module.SWATokenToKVPoolAllocator
-    raise ImportError("the release has no SWATokenToKVPoolAllocator")
+        for cls in ("SWAKVPool", "SWATokenToKVPoolAllocator"):
+            found.setdefault(cls, getattr(module, cls, None))
+            found[cls] = found[cls] or getattr(module, cls, None)
+    if not found.get("SWAKVPool") or not found.get("SWATokenToKVPoolAllocator"):
+        raise ImportError(f"the release has no SWAKVPool / SWATokenToKVPoolAllocator: {found}")
+    return found["SWAKVPool"], found["SWATokenToKVPoolAllocator"]
 
 
 def _unified_swa_allocator() -> Any:  # pragma: no cover - conformance venv
