@@ -19,6 +19,7 @@ from pdverify.model.exchange import (
     PrefillCase,
 )
 from pdverify.model.layout import pages_needed, token_locations
+from pdverify.model.pools import STATE_POOLS, StatePool
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
@@ -45,11 +46,15 @@ def prefill_cases(
     the room's own decode peer relayouting or, half the time, a peer of prefill's DCP size) / the staging grid (a
     ``chunked_prefill_size`` of 1-4 pages), an early cached-prefix send or none (half of them a page-aligned prefix
     in ``(D, L)``, the kind the code sends; the rest any prefix below ``L``, which the code skips when unaligned or
-    within ``D``), an int64 virtual-to-physical translation (a page table) or none, each page-strided state type on
-    or off by its own coin (in a drawn order), a sender taking host tensors (Mooncake) or numpy lists, a sliding
-    window and its ring, the request's row and its aux index; the KV checksum off or on (for a request or a health
-    check); with an early send, a HiCache host hit behind its device prefix or none. The first choice is a lean
-    (``Choices.lean``): under one, every option shrinks to on and the lengths to their page boundaries. With
+    within ``D``), an int64 virtual-to-physical translation (a page table) or none, the model's KV pool (one of
+    ``STATE_POOLS`` the release builds: its state types are the pool's registration, its page size the one the server
+    runs the pool at - DSA 64 or 256, QSA 64, MXFP8 128, whatever ``max_page_size``, with a prompt of up to three of
+    those pages - and a decode prefix only where the decode server accepts the radix cache for the model), with an
+    SWA window list an SWA pool of prefill's own (``swa_pages``), a sender taking host tensors (Mooncake) or numpy
+    lists, a sliding window and its ring, the request's row and its aux index; the KV checksum off or on (for a
+    request or a health check); with an early send, a HiCache host hit behind its device prefix or none. The first
+    choice is a lean (``Choices.lean``): under one, every option shrinks to on (a pool with state) and the lengths
+    to their page boundaries. With
     ``early_send``, every request whose prompt reaches a page past ``D`` has an early send of the kind the code
     ships (a page-aligned prefix in ``(D, L)``): for properties about what holds an early send back."""
     check_int("max_length", max_length)
@@ -77,13 +82,15 @@ def draw_prefill_case(
     c: Choices, *, max_length: int, max_chunks: int, max_page_size: int, early_send: bool = False
 ) -> PrefillCase:
     """``prefill_cases``' example, drawn from ``c``; optional settings shrink to absent."""
+    pool = draw_pool(c, prefill=True)
     # pages came with #5561 (0.4.5.post2), decode-side prefixes in 0.5.11: an earlier release sees neither
-    ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
+    ps = _pool_page_size(c, pool, max_page_size)
     # a prompt of at least one token: SGLang refuses empty input_ids (``GenerateReqInput``: "input_ids cannot be
     # empty", and the scheduler rejects a session request still empty after reconstruction)
-    n = boundary_length(c, min(1, max_length), max_length, ps)
-    d = boundary_prefix(c, n, ps) if DOMAIN.decode_prefix else 0
-    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send)
+    n = boundary_length(c, min(1, max_length), _pool_length(pool, max_length, ps), ps)
+    d = boundary_prefix(c, n, ps) if DOMAIN.decode_prefix and not _refuses_decode_prefix(pool) else 0
+    kinds = tuple(k for k in pool.state_types if k in STATE_TYPES)  # prefill's model: no DSV4 request state
+    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send, state_types=kinds)
 
 
 def draw_prefill_sends(
@@ -95,6 +102,7 @@ def draw_prefill_sends(
     max_chunks: int,
     shared: DecodeCase | None = None,
     early_send: bool = False,
+    state_types: tuple[str, ...] = (),
 ) -> PrefillCase:
     """Prefill's side of a request of ``n`` tokens with decode prefix ``d``: its own fragmented pages, chunk
     schedule, send mode, early send and translation; the state types, window, ring and aux index are drawn, or
@@ -123,7 +131,7 @@ def draw_prefill_sends(
         early_prefix=early,
         # unified-memory pools (translated int64 ids) came in 0.5.18
         translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
-        state_types=shared.state_types if shared else _prefill_state_types(c, d),
+        state_types=shared.state_types if shared else _one_payload(state_types),
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
         window=window,
@@ -158,21 +166,68 @@ def _swa_pages(c: Choices, case: PrefillCase) -> tuple[int, ...]:
     return tuple(pages)
 
 
-def _state_types(d: int) -> list[str]:
-    """The state types the bound release registers, less the sliding-window ones where decode holds a prefix
-    (``d > 0``) on a release whose server refuses the decode radix cache for hybrid SWA models (before 0.5.19)."""
-    refused = d > 0 and not DOMAIN.has("swa_decode_prefix")
-    return [k for k in DOMAIN.state_types(STATE_TYPES) if not (refused and k in SWA_WINDOW_TYPES)]
+def draw_pool(c: Choices, *, prefill: bool = False, request_state: bool = True) -> StatePool:
+    """One of ``STATE_POOLS`` the bound release builds: a pool whose state types it all registers (none with state
+    before state payloads, #10912, 0.5.3.post3); ``request_state`` False leaves out the pools with DeepSeek-V4's
+    request state (a side that does not model it). Shrinks to the dense pool, which registers none; under a lean a
+    pool with state (by the lean: hybrid SWA, MiniMax-M3, the most state types). ``prefill``: pools that differ only
+    in request state count once (prefill's model has none)."""
+    pools = [p for p in STATE_POOLS if _builds(p) and (request_state or "DSV4_REQUEST_STATE" not in p.state_types)]
+    if prefill:
+        views = [_prefill_view(p) for p in pools]
+        pools = [p for i, p in enumerate(pools) if views.index(views[i]) == i]
+    # under each lean a pool with state: a hybrid SWA model's, MiniMax-M3's (suffix and full lists), the one with
+    # the most state types the side models
+    rich = max(range(len(pools)), key=lambda i: len(_prefill_view(pools[i]) if prefill else pools[i].state_types))
+    leans = [next((i for i, p in enumerate(pools) if p.name == name), rich) for name in ("swa", "minimax")] + [rich]
+    return c.pick(pools, lean=leans[max(0, c.leaning - 1) % len(leans)])
 
 
-def _prefill_state_types(c: Choices, d: int) -> tuple[str, ...]:
-    """The state types of prefill's side: each of ``_state_types`` by its own coin; before the per-type state lists
-    (``state_lists``, #24932, 0.5.12) at most one, SWA or DSA - the one payload a hybrid pool's type chose - and none
-    before state payloads (#10912, 0.5.3.post3)."""
-    kinds = tuple(c.switches(_state_types(d), lean=True))
-    if DOMAIN.has("state_lists"):
-        return kinds
-    return tuple(k for k in kinds if k in ("SWA", "DSA"))[:1] if DOMAIN.has("state_payloads") else ()
+def _prefill_view(pool: StatePool) -> tuple[str, ...]:
+    return tuple(k for k in pool.state_types if k in STATE_TYPES)
+
+
+def _builds(pool: StatePool) -> bool:
+    """Whether the bound release builds ``pool`` for PD: it registers each of its state types (``StateType``), and
+    before the per-type lists (#24932, 0.5.12) only a pool of one payload, SWA or DSA, has any."""
+    kinds = pool.state_types
+    if not kinds:
+        return True
+    if not DOMAIN.has("state_payloads") or DOMAIN.state_types(kinds) != kinds:
+        return False
+    return DOMAIN.has("state_lists") or kinds in (("SWA",), ("DSA",))
+
+
+def _pool_page_size(c: Choices, pool: StatePool, max_page_size: int) -> int:
+    """The page size: the pool's own where the server fixes it (whatever ``max_page_size``), else any up to
+    ``max_page_size``; 1 before paged transfer (#5561, 0.4.5.post2)."""
+    if not DOMAIN.has("paged_transfer"):
+        return 1
+    sizes = page_size_list(max_page_size)
+    ps = pick_page_size(c, sizes)  # drawn for every pool: the choices after it keep their places when one shrinks
+    if pool.page_sizes is not None:
+        return pool.page_sizes[sizes.index(ps) % len(pool.page_sizes)]
+    return ps
+
+
+def _pool_length(pool: StatePool, max_length: int, ps: int) -> int:
+    """The longest prompt drawn: ``max_length``, or three pages where the pool fixes a page size (a DSA pool's 64,
+    MXFP8's 128): a prompt of several of its pages, with a decode prefix short of it."""
+    return max(max_length, 3 * ps) if pool.fixed_page_size else max_length
+
+
+def _refuses_decode_prefix(pool: StatePool) -> bool:
+    """Whether the release's decode server refuses its radix cache for ``pool``'s model, so that decode holds no
+    prefix: a hybrid SWA model before 0.5.19 (``swa_decode_prefix``), DeepSeek-V4 before 0.5.23
+    (``dsv4_decode_prefix``)."""
+    if "DSV4_REQUEST_STATE" in pool.state_types and not DOMAIN.has("dsv4_decode_prefix"):
+        return True
+    return any(k in SWA_WINDOW_TYPES for k in pool.state_types) and not DOMAIN.has("swa_decode_prefix")
+
+
+def _one_payload(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """The pool's registration, or before state payloads (#10912) none."""
+    return kinds if DOMAIN.has("state_payloads") else ()
 
 
 def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:
@@ -244,13 +299,14 @@ def decode_cases(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
     prefix and a decode prefix ``D >= L1`` (both page-aligned, ``D`` up to ``L``, one time in four the largest; ``L1
     == D`` one time in four) whose ``[L1, D)`` part is a HiCache host hit still being restored; a fresh
     request-to-token row (zeros) or one reused from an earlier request (its stale ids left in place); the allocator's
-    free pages in a fragmented order; each page-strided state type on or off by its own coin; with a page size above
+    free pages in a fragmented order; the model's KV pool (``draw_pool``: its registration as the state types, its
+    page size where the server fixes one, no decode prefix where the server refuses the radix cache for the model, no
+    HiCache host hit for a hybrid SWA model); with a page size above
     1, at most one output token (a request as prefill hands it over) and no HiCache host hit (SGLang serves a hybrid
     SWA model's decode radix cache from the device only), one full pool or a hybrid SWA pool with SWA tail
     pre-allocation (its SWA pages fragmented too); with the radix cache, free pages to spare or a pool partly
     held by the cache (evictable: cached sequences of 1-4 pages, each a leaf evicted whole), down to none free;
-    DeepSeek-V4's request state (in one of the pool layouts SGLang
-    builds, ``REQUEST_STATE_LAYOUTS``) or not."""
+    with a DeepSeek-V4 pool, its request state in one of the layouts SGLang builds (``REQUEST_STATE_LAYOUTS``)."""
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
     return _decode_cases(max_length=max_length, max_page_size=max_page_size)
@@ -265,16 +321,20 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
 
 def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
+    pool = draw_pool(c, request_state=swa_pool)
     # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
-    ps = pick_page_size(c, page_size_list(max_page_size)) if DOMAIN.has("paged_transfer") else 1
-    n = boundary_length(c, 1, max_length, ps)
+    ps = _pool_page_size(c, pool, max_page_size)
+    n = boundary_length(c, 1, _pool_length(pool, max_length, ps), ps)
     outputs = c.integer(0, 3, lean=1)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
-    if DOMAIN.has("decode_prefixes") and c.boolean(lean=True):  # decode radix cache (and HiCache) on
+    # the decode radix cache (and HiCache) on, where the server accepts it for the model
+    if DOMAIN.has("decode_prefixes") and not _refuses_decode_prefix(pool) and c.boolean(lean=True):
         d = boundary_prefix(c, n, ps)
         l1 = d if c.integer(0, 3) == 3 else c.integer(0, d // ps) * ps  # one time in four the whole hit on device
-        if not DOMAIN.has("decode_hicache"):  # no host hit before decode HiCache (0.5.13): the hit is on device
+        # no host hit before decode HiCache (0.5.13), nor for a hybrid SWA model, whose decode radix cache SGLang
+        # serves from the device only (it refuses --enable-hierarchical-cache there, kv_cache_builder.py)
+        if not DOMAIN.has("decode_hicache") or "SWA" in pool.state_types:
             l1 = d
     needed = l1 // ps + pages_needed(fill, ps) + 8
     pages = distinct_sample(c, 1, needed + 32, needed)
@@ -293,7 +353,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         decode_prefix=d,
         stale_row=tuple(stale),
         free_pages=tuple(free),
-        state_types=tuple(c.switches(_state_types(d), lean=True)),
+        state_types=pool.state_types,
         window=window,
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
@@ -303,6 +363,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     swa_ok = not d or DOMAIN.has("swa_decode_prefix")  # SWA models with the decode radix cache: from 0.5.19
     # hybrid models in PD from #10912 (0.5.3.post3); an SWA pool at a page size above 1 from #16296 (0.5.8)
     swa_ok = swa_ok and DOMAIN.has("state_payloads") and DOMAIN.has("swa_paged_pool")
+    swa_ok = swa_ok and "SWA" in pool.state_types  # a hybrid SWA model's pool (SWAKVPool, DeepSeek-V4's)
     if swa_pool and ps > 1 and outputs <= 1 and d == l1 and swa_ok and c.boolean(lean=True):
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
@@ -317,14 +378,11 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
             leaves.append(min(c.integer(1, 4), short - sum(leaves)))
         case = replace(case, free_pages=tuple(free[short:]), evictable_pages=tuple(free[:short]),
                        evictable_leaves=tuple(leaves) if any(n > 1 for n in leaves) else ())  # fmt: skip
-    # DeepSeek-V4's request-scoped state (decode only: prefill's port has none); with a decode prefix only where the
-    # release's server accepts the decode radix cache for DeepSeek-V4 (0.5.23, on its unified KV layout)
-    dsv4_ok = not d or DOMAIN.has("dsv4_decode_prefix")
-    if swa_pool and dsv4_ok and c.boolean(lean=True):
+    # DeepSeek-V4's request-scoped state (decode only: prefill's port has none): the layout of its pool
+    if "DSV4_REQUEST_STATE" in pool.state_types:
         # the ratio-2 pair rings came in 0.5.21: an earlier release is never given one
         layouts = [x for x in REQUEST_STATE_LAYOUTS if x[0] != 2 or DOMAIN.has("dsv4_pair_state")]
-        layout = c.pick(layouts, lean=1)  # under a lean the MTP ring: two pages a row
-        case = replace(case, state_types=(*case.state_types, "DSV4_REQUEST_STATE"), request_state=layout)
+        case = replace(case, request_state=c.pick(layouts, lean=1))  # under a lean the MTP ring: two pages a row
     if not DOMAIN.has("state_lists"):  # before #24932 (0.5.12): one state payload, the one the KV pool's type has
         case = replace(case, state_types=_pool_state(case))
     if REGISTRY:  # registered request fields, drawn last
