@@ -170,16 +170,16 @@ def draw_pool(c: Choices, *, prefill: bool = False, request_state: bool = True) 
     """One of ``STATE_POOLS`` the bound release builds: a pool whose state types it all registers (none with state
     before state payloads, #10912, 0.5.3.post3); ``request_state`` False leaves out the pools with DeepSeek-V4's
     request state (a side that does not model it). Shrinks to the dense pool, which registers none; under a lean a
-    pool with state (by the lean: hybrid SWA, MiniMax-M3, the most state types). ``prefill``: pools that differ only
+    pool with state (by the lean: MiniMax-M3, DSA, the most state types). ``prefill``: pools that differ only
     in request state count once (prefill's model has none)."""
     pools = [p for p in STATE_POOLS if _builds(p) and (request_state or "DSV4_REQUEST_STATE" not in p.state_types)]
     if prefill:
         views = [_prefill_view(p) for p in pools]
         pools = [p for i, p in enumerate(pools) if views.index(views[i]) == i]
-    # under each lean a pool with state: a hybrid SWA model's, MiniMax-M3's (suffix and full lists), the one with
-    # the most state types the side models
+    # under each lean a pool with state: MiniMax-M3's (a suffix and a full list at any page size), a DSA model's (the
+    # suffix at its page size), the one with the most state types the side models (a sliding window among them)
     rich = max(range(len(pools)), key=lambda i: len(_prefill_view(pools[i]) if prefill else pools[i].state_types))
-    leans = [next((i for i, p in enumerate(pools) if p.name == name), rich) for name in ("swa", "minimax")] + [rich]
+    leans = [next((i for i, p in enumerate(pools) if p.name == name), rich) for name in ("minimax", "dsa")] + [rich]
     return c.pick(pools, lean=leans[max(0, c.leaning - 1) % len(leans)])
 
 
