@@ -112,15 +112,19 @@ def test_a_lean_moves_the_simplest_example_to_the_page_boundaries_with_every_opt
     assert not plain.state_types and plain.translation is None and not plain.kv_checksum and plain.early_prefix is None
     # three pages at (a full decode hit: D == L), one short of and one past the boundary (a one-page prefix and an
     # early send of the next aligned prefix)
-    expected = {1: (12, 12, 0), 2: (11, 4, 8), 3: (13, 4, 8)}
+    # early send of the next aligned prefix), in pages of the lean's page size: 4, or the one its pool runs at
+    expected = {1: (3, 0, 3, 0), 2: (3, -1, 1, 2), 3: (3, 1, 1, 2)}  # (pages, tokens past them, D pages, early pages)
     for lean in range(1, LEANS + 1):
         case = _simplest(prefill_cases(), lean)
-        assert (case.length, case.decode_prefix, case.early_prefix) == expected[lean], case
-        assert case.page_size == 4 and len(case.chunk_ends) == 2, case
+        ps = case.page_size
+        pages, past, d, early = expected[lean]
+        assert (case.length, case.decode_prefix, case.early_prefix) == (pages * ps + past, d * ps, early * ps), case
+        assert len(case.chunk_ends) == 2, case
+        views = {tuple(k for k in p.state_types if k in STATE_TYPES): p for p in STATE_POOLS}  # prefill's model's
+        assert ps == (4 if views[case.state_types].page_sizes is None else ps), case
         # a pool with state under every lean: the state types are one pool's registration (STATE_POOLS)
-        views = {tuple(k for k in p.state_types if k in STATE_TYPES) for p in STATE_POOLS}  # prefill's model's
-        assert case.state_types in views, case.state_types
-        assert case.state_types, case
+        assert case.state_types in views and case.state_types, case.state_types
+        assert views[case.state_types].accepts(ps), case
         assert case.translation is not None and case.kv_checksum, case
 
 
