@@ -191,7 +191,14 @@ def test_prefill_cases_draw_only_the_release_domain(release_domain: Any, release
         used.update(features)
 
     draw()
-    assert set(PREFILL_FEATURES) - set(absent) <= used, (release, set(PREFILL_FEATURES) - set(absent) - used)
+    # 0.5.12's StateType is MAMBA, SWA and NSA: no pool it builds registers two of the types the exchange models (the
+    # Mamba state is not one), so its per-type lists carry one modelled list - the state_lists input (several, or a
+    # later type) is in its domain but no server of it makes one (pdverify.model.pools)
+    unreachable = {"state_lists"} if release == "0.5.12" else set()
+    assert set(PREFILL_FEATURES) - set(absent) - unreachable <= used, (
+        release,
+        set(PREFILL_FEATURES) - set(absent) - used,
+    )
 
 
 @pytest.mark.parametrize(("release", "modes"), [("0.5.9", None), ("0.5.10", {"cp_rank0", "cp_all"}),
