@@ -18,15 +18,9 @@ conn = pytest.importorskip("sglang.srt.disaggregation.common.conn", reason="need
 
 
 def _s24() -> tuple[Any, Any]:
-    from pdverify.runner import load_properties, run_property
-    from tests.sglang_release import release_target
+    from tests.sglang_release import passing_as_released
 
-    target, s24 = release_target(), load_properties()["S24"]
-    released = run_property(s24, target)
-    if released.status == "not applicable":
-        pytest.skip(f"S24 is not in sglang {target.release}'s contract (the DCP pack limit came in 0.5.21)")
-    assert released.status == "passed", released.message
-    return target, s24
+    return passing_as_released("S24", "the DCP pack limit came in 0.5.21")
 
 
 def _fails(target: Any, s24: Any, seen: str) -> None:

@@ -19,15 +19,9 @@ pool_module = pytest.importorskip("sglang.srt.mem_cache.swa_memory_pool", reason
 
 
 def _p15() -> tuple[Any, Any]:
-    from pdverify.runner import load_properties, run_property
-    from tests.sglang_release import release_target
+    from tests.sglang_release import passing_as_released
 
-    target, p15 = release_target(), load_properties()["P15"]
-    released = run_property(p15, target)
-    if released.status == "not applicable":
-        pytest.skip(f"P15 is not in sglang {target.release}'s contract (state payloads came in 0.5.3.post3)")
-    assert released.status == "passed", released.message
-    return target, p15
+    return passing_as_released("P15", "state payloads came in 0.5.3.post3")
 
 
 def _fails(target: Any, p15: Any) -> None:
