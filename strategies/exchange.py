@@ -13,7 +13,6 @@ from pdverify.model.exchange import (
     DP_BALANCE,
     RANK_SPLITS,
     REQUEST_STATE_LAYOUTS,
-    STATE_TYPES,
     SWA_WINDOW_TYPES,
     DecodeCase,
     PrefillCase,
@@ -89,8 +88,7 @@ def draw_prefill_case(
     # empty", and the scheduler rejects a session request still empty after reconstruction)
     n = boundary_length(c, min(1, max_length), _pool_length(pool, max_length, ps), ps)
     d = boundary_prefix(c, n, ps) if DOMAIN.decode_prefix and not _refuses_decode_prefix(pool) else 0
-    kinds = tuple(k for k in pool.state_types if k in STATE_TYPES)  # prefill's model: no DSV4 request state
-    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send, state_types=kinds)
+    return draw_prefill_sends(c, ps, n, d, max_chunks=max_chunks, early_send=early_send, state_types=pool.prefill_types)
 
 
 def draw_prefill_sends(
@@ -131,7 +129,7 @@ def draw_prefill_sends(
         early_prefix=early,
         # unified-memory pools (translated int64 ids) came in 0.5.18
         translation=draw_translation(c, pages, ps) if DOMAIN.has("translated_ids") and c.boolean(lean=True) else None,
-        state_types=shared.state_types if shared else _one_payload(state_types),
+        state_types=shared.state_types if shared else state_types,
         host_tensor_indices=c.boolean(lean=True) if DOMAIN.has("host_tensor_indices") else False,
         overlap=c.boolean(lean=True),
         window=window,
@@ -174,17 +172,13 @@ def draw_pool(c: Choices, *, prefill: bool = False, request_state: bool = True) 
     in request state count once (prefill's model has none)."""
     pools = [p for p in STATE_POOLS if _builds(p) and (request_state or "DSV4_REQUEST_STATE" not in p.state_types)]
     if prefill:
-        views = [_prefill_view(p) for p in pools]
+        views = [p.prefill_types for p in pools]
         pools = [p for i, p in enumerate(pools) if views.index(views[i]) == i]
     # under each lean a pool with state: MiniMax-M3's (a suffix and a full list at any page size), a DSA model's (the
     # suffix at its page size), the one with the most state types the side models (a sliding window among them)
-    rich = max(range(len(pools)), key=lambda i: len(_prefill_view(pools[i]) if prefill else pools[i].state_types))
+    rich = max(range(len(pools)), key=lambda i: len(pools[i].prefill_types if prefill else pools[i].state_types))
     leans = [next((i for i, p in enumerate(pools) if p.name == name), rich) for name in ("minimax", "dsa")] + [rich]
     return c.pick(pools, lean=leans[max(0, c.leaning - 1) % len(leans)])
-
-
-def _prefill_view(pool: StatePool) -> tuple[str, ...]:
-    return tuple(k for k in pool.state_types if k in STATE_TYPES)
 
 
 def _builds(pool: StatePool) -> bool:
@@ -223,11 +217,6 @@ def _refuses_decode_prefix(pool: StatePool) -> bool:
     if "DSV4_REQUEST_STATE" in pool.state_types and not DOMAIN.has("dsv4_decode_prefix"):
         return True
     return any(k in SWA_WINDOW_TYPES for k in pool.state_types) and not DOMAIN.has("swa_decode_prefix")
-
-
-def _one_payload(kinds: tuple[str, ...]) -> tuple[str, ...]:
-    """The pool's registration, or before state payloads (#10912) none."""
-    return kinds if DOMAIN.has("state_payloads") else ()
 
 
 def _early_prefix(c: Choices, n: int, d: int, ps: int, *, ships: bool = False) -> int | None:
@@ -322,6 +311,7 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
 def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
     """``decode_cases``' example, drawn from ``c``."""
     pool = draw_pool(c, request_state=swa_pool)
+    hybrid_swa = "SWA" in pool.state_types  # a hybrid SWA model's pool (SWAKVPool, DeepSeek-V4's)
     # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
     ps = _pool_page_size(c, pool, max_page_size)
     n = boundary_length(c, 1, _pool_length(pool, max_length, ps), ps)
@@ -334,7 +324,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         l1 = d if c.integer(0, 3) == 3 else c.integer(0, d // ps) * ps  # one time in four the whole hit on device
         # no host hit before decode HiCache (0.5.13), nor for a hybrid SWA model, whose decode radix cache SGLang
         # serves from the device only (it refuses --enable-hierarchical-cache there, kv_cache_builder.py)
-        if not DOMAIN.has("decode_hicache") or "SWA" in pool.state_types:
+        if not DOMAIN.has("decode_hicache") or hybrid_swa:
             l1 = d
     needed = l1 // ps + pages_needed(fill, ps) + 8
     pages = distinct_sample(c, 1, needed + 32, needed)
@@ -358,12 +348,10 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
-    # drawn last: earlier choices keep their meaning. A hybrid SWA model's decode radix cache is device-resident only:
-    # SGLang refuses it with --enable-hierarchical-cache (kv_cache_builder.py, 0.5.19-0.5.23), so no host hit (D == L1)
-    swa_ok = not d or DOMAIN.has("swa_decode_prefix")  # SWA models with the decode radix cache: from 0.5.19
-    # hybrid models in PD from #10912 (0.5.3.post3); an SWA pool at a page size above 1 from #16296 (0.5.8)
-    swa_ok = swa_ok and DOMAIN.has("state_payloads") and DOMAIN.has("swa_paged_pool")
-    swa_ok = swa_ok and "SWA" in pool.state_types  # a hybrid SWA model's pool (SWAKVPool, DeepSeek-V4's)
+    # drawn last: earlier choices keep their meaning. SWA tail pre-allocation on a hybrid SWA model's pool (drawn only
+    # where the release builds one, with a decode prefix only where it accepts the radix cache for it: draw_pool,
+    # _refuses_decode_prefix) at a page size above 1, which came with #16296 (0.5.8)
+    swa_ok = hybrid_swa and DOMAIN.has("swa_paged_pool")
     if swa_pool and ps > 1 and outputs <= 1 and d == l1 and swa_ok and c.boolean(lean=True):
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))

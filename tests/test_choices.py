@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from hypothesis.internal.conjecture.choice import ChoiceTemplate
 from hypothesis.internal.conjecture.data import ConjectureData
 
-from pdverify.model.exchange import STATE_TYPES
 from pdverify.model.pools import STATE_POOLS
 from pdverify.strategies._choices import LEANS, Choices
 from pdverify.strategies.exchange import draw_decode_case, draw_prefill_case, prefill_cases
@@ -120,7 +119,7 @@ def test_a_lean_moves_the_simplest_example_to_the_page_boundaries_with_every_opt
         pages, past, d, early = expected[lean]
         assert (case.length, case.decode_prefix, case.early_prefix) == (pages * ps + past, d * ps, early * ps), case
         assert len(case.chunk_ends) == 2, case
-        views = {tuple(k for k in p.state_types if k in STATE_TYPES): p for p in STATE_POOLS}  # prefill's model's
+        views = {p.prefill_types: p for p in STATE_POOLS}  # prefill's model's
         assert ps == (4 if views[case.state_types].page_sizes is None else ps), case
         # a pool with state under every lean: the state types are one pool's registration (STATE_POOLS)
         assert case.state_types in views and case.state_types, case.state_types

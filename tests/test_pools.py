@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import find, given, settings
 
-from pdverify.model.exchange import STATE_TYPES, DecodeCase, PrefillCase
+from pdverify.model.exchange import DecodeCase, PrefillCase
 from pdverify.model.pools import STATE_POOLS, StatePool, pool_named
 from pdverify.strategies import decode_cases, pd_exchanges, prefill_cases
 
-PREFILL_VIEWS = {tuple(k for k in p.state_types if k in STATE_TYPES): p for p in STATE_POOLS}
+PREFILL_VIEWS = {p.prefill_types: p for p in STATE_POOLS}
 """Each pool's registration as prefill's model sees it (no DeepSeek-V4 request state) -> the pool."""
 DECODE_VIEWS = {p.state_types: p for p in STATE_POOLS}
 

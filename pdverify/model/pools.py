@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdverify.model.exchange import DECODE_STATE_TYPES
+from pdverify.model.exchange import DECODE_STATE_TYPES, STATE_TYPES
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,12 @@ class StatePool:
             raise ValueError(f"pool {self.name!r}: unknown state types {sorted(unknown)}")
         if self.page_sizes is not None and (not self.page_sizes or min(self.page_sizes) < 1):
             raise ValueError(f"pool {self.name!r}: page_sizes must be None (any) or page sizes >= 1")
+
+    @property
+    def prefill_types(self) -> tuple[str, ...]:
+        """The registration as prefill's model sees it: without DeepSeek-V4's request state, which it does not
+        cover."""
+        return tuple(k for k in self.state_types if k in STATE_TYPES)
 
     @property
     def fixed_page_size(self) -> bool:

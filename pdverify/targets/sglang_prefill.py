@@ -439,16 +439,7 @@ def _translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover - c
     try:
         from sglang.kernels.ops.memory.virtual_slot import translate_token_ids
     except ImportError:  # to 0.5.21: the unified allocator's own MultiEndedAllocator.translate_kv_loc
-        import importlib
-
-        try:
-            allocators = importlib.import_module("sglang.srt.mem_cache.allocator.unified_sub_pool")
-        except ImportError:  # 0.5.19: its own module
-            allocators = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
-        multi_ended: Any = allocators.MultiEndedAllocator
-        full = multi_ended.__new__(multi_ended)  # its page table and page size: all it reads
-        # the page size it translates by: pool_page_size (0.5.20, 0.5.21), page_size (0.5.19; no DCP there)
-        full.virtual_to_physical, full.pool_page_size, full.page_size = v2p, case.page_size, case.page_size
+        full = _multi_ended(v2p, case.page_size)
         return lambda t: full.translate_kv_loc(t.to(torch.int64))
     return lambda t: translate_token_ids(loc=t, v2p=v2p, page_size=case.page_size)
 
@@ -475,7 +466,9 @@ def _swa_translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover
     mapping[-1] = -1
     for i, loc in enumerate(row):
         mapping[loc] = case.swa_pages[i // ps] * ps + i % ps
-    pool_class, allocator_class = _swa_classes()
+    from pdverify.targets.sglang_decode import _release_class, _swa_allocator_class
+
+    pool_class, allocator_class = _release_class("SWAKVPool", "swa_memory_pool", "memory_pool"), _swa_allocator_class()
     pool = pool_class.__new__(pool_class)
     allocator = allocator_class.__new__(allocator_class)
     # the allocator builds the map and registers it with its pool (register_mapping); older ones read their own
@@ -483,24 +476,6 @@ def _swa_translation(case: PrefillCase, device: str) -> Any:  # pragma: no cover
     allocator._kvcache, allocator.page_size = pool, ps
     name = "translate_swa_indices_for_transfer"
     return getattr(allocator, name if hasattr(allocator_class, name) else "translate_loc_from_full_to_swa")
-
-
-def _swa_classes() -> tuple[Any, Any]:  # pragma: no cover - conformance venv
-    """The release's ``SWAKVPool`` and ``SWATokenToKVPoolAllocator``, wherever its tree keeps them (``memory_pool`` and
-    ``allocator`` to 0.5.x, their own modules later)."""
-    found: dict[str, Any] = {}
-    for name in ("sglang.srt.mem_cache.swa_memory_pool", "sglang.srt.mem_cache.memory_pool",
-                 "sglang.srt.mem_cache.allocator.swa", "sglang.srt.mem_cache.allocator"):  # fmt: skip
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        for cls in ("SWAKVPool", "SWATokenToKVPoolAllocator"):
-            found.setdefault(cls, getattr(module, cls, None))
-            found[cls] = found[cls] or getattr(module, cls, None)
-    if not found.get("SWAKVPool") or not found.get("SWATokenToKVPoolAllocator"):
-        raise ImportError(f"the release has no SWAKVPool / SWATokenToKVPoolAllocator: {found}")
-    return found["SWAKVPool"], found["SWATokenToKVPoolAllocator"]
 
 
 def _unified_swa_allocator() -> Any:  # pragma: no cover - conformance venv
@@ -520,7 +495,7 @@ def _multi_ended(v2p: torch.Tensor, page_size: int) -> Any:  # pragma: no cover 
         allocators = importlib.import_module("sglang.srt.mem_cache.multi_ended_allocator")
     multi_ended: Any = allocators.MultiEndedAllocator
     own = multi_ended.__new__(multi_ended)
-    # the page size it translates by: pool_page_size (0.5.20 on), page_size (0.5.19)
+    # the page size it translates by: pool_page_size (0.5.20 on), page_size (0.5.19; no DCP there)
     own.virtual_to_physical, own.pool_page_size, own.page_size = v2p, page_size, page_size
     return own
 
