@@ -199,6 +199,10 @@ def _pool_page_size(c: Choices, pool: StatePool, max_page_size: int) -> int:
         return 1
     sizes = page_size_list(max_page_size)
     ps = pick_page_size(c, sizes)  # drawn for every pool: the choices after it keep their places when one shrinks
+    if "SWA" in pool.state_types and not DOMAIN.has("swa_paged_pool"):
+        # a hybrid SWA pool is token-granular before #16296 (0.5.7's model_runner_kv_cache_mixin.py asserts
+        # `not self.is_hybrid_swa` for a page size above 1)
+        return 1
     if pool.page_sizes is not None:
         return pool.page_sizes[sizes.index(ps) % len(pool.page_sizes)]
     return ps
@@ -315,7 +319,12 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
     ps = _pool_page_size(c, pool, max_page_size)
     n = boundary_length(c, 1, _pool_length(pool, max_length, ps), ps)
-    outputs = c.integer(0, 3, lean=1)
+    # the SWA buffer's allocation is the server's, not a choice: the window's tail wherever the release has tail
+    # pre-allocation and the page size is above 1 (decode.py _uses_swa_tail_prealloc), else the whole sequence
+    swa_side = swa_pool and hybrid_swa
+    tail = swa_side and ps > 1 and DOMAIN.has("swa_tail_prealloc")
+    # a request prefill hands over carries its first output token only: the tail is sized from fill_len
+    outputs = c.integer(0, 1 if tail else 3, lean=1)
     fill = n + max(outputs - 1, 0)
     d = l1 = 0
     # the decode radix cache (and HiCache) on, where the server accepts it for the model
@@ -348,16 +357,18 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         ring_size=window + c.integer(0, 8),
         aux_index=c.integer(0, 2**31 - 1),
     )
-    # drawn last: earlier choices keep their meaning. SWA tail pre-allocation on a hybrid SWA model's pool (drawn only
-    # where the release builds one, with a decode prefix only where it accepts the radix cache for it: draw_pool,
-    # _refuses_decode_prefix) at a page size above 1, which came with #16296 (0.5.8)
-    swa_ok = hybrid_swa and DOMAIN.has("swa_paged_pool")
-    if swa_pool and ps > 1 and outputs <= 1 and d == l1 and swa_ok and c.boolean(lean=True):
+    # drawn last: earlier choices keep their meaning. A hybrid SWA model's pool (drawn only where the release builds
+    # one, with a decode prefix only where it accepts the radix cache for it: draw_pool, _refuses_decode_prefix) has
+    # an SWA buffer of its own, at a page size above 1 from #16296 (0.5.8: _pool_page_size)
+    if swa_side:
+        if tail and d:  # the radix match stops before the SWA tail (max_prefix_len = fill - tail)
+            cap = max(0, fill - max(window, ps) - 1) // ps * ps
+            if d > cap:
+                d = l1 = cap
+                case = replace(case, decode_prefix=d, l1_row=case.l1_row[:d], free_pages=tuple(pages[d // ps :]))
         count = pages_needed(fill, ps) + 2
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
-        reach = max(window, ps) + 1 if d else window
-        if d <= max(0, fill - reach) // ps * ps:  # the radix match stops before the SWA tail
-            case = replace(case, swa_free_pages=swa_pages)
+        case = replace(case, swa_free_pages=swa_pages, swa_tail=tail)
     # memory pressure: part of the pool cached
     if swa_pool and d and case.swa_free_pages is None and c.boolean(lean=True):
         short = c.integer(1, len(free))

@@ -97,7 +97,20 @@ def queued(**kw: Any) -> DecodeQueueCase:
             {"evictable_pages": (7, 9), "evictable_leaves": (1, 2), "decode_prefix": 4, "l1_row": (20, 21, 22, 23)},
             "evictable_leaves=(1, 2) must be page counts >= 1 summing to the 2 evictable pages",
         ),
-        (decode, {"swa_free_pages": ()}, "swa_free_pages hold fewer than the 4 tail tokens"),
+        (decode, {"swa_free_pages": ()}, "swa_free_pages hold fewer than the 4 tokens of the SWA span"),
+        (decode, {"swa_tail": False}, "swa_tail=False describes a hybrid SWA pool's allocation: it needs swa_free"),
+        (
+            decode,
+            {
+                "swa_free_pages": (1,),
+                "swa_tail": False,
+                "decode_prefix": 4,
+                "l1_row": (20, 21, 22, 23),
+                "length": 9,
+                "stale_row": (0,) * 13,
+            },
+            "swa_free_pages hold fewer than the 5 tokens of the SWA span",
+        ),
         (
             decode,
             {"swa_free_pages": (1, 2), "decode_prefix": 8, "l1_row": tuple(range(40, 48))},
@@ -183,6 +196,12 @@ def test_in_contract_cases() -> None:
     assert d.l1_prefix == 4 and d.fill_len == 8
     assert decode(swa_free_pages=(3, 4)).swa_tail_len == 4 and decode().swa_tail_len == 0
     assert decode(swa_free_pages=(3, 4, 5), window=6, length=9, stale_row=(0,) * 13).swa_tail_len == 9
+    # without tail pre-allocation the SWA span is the whole of [D, fill): at page size 1, with two outputs, a prefix
+    whole = decode(page_size=1, swa_free_pages=tuple(range(1, 10)), swa_tail=False, output_len=2, stale_row=(0,) * 10)
+    assert whole.swa_tail_len == 9 and "swa_tail_prealloc" not in whole.input_features()
+    assert "swa_tail_prealloc" in decode(swa_free_pages=(3, 4)).input_features()
+    held = decode(swa_free_pages=(3,), swa_tail=False, decode_prefix=4, l1_row=(20, 21, 22, 23), stale_row=(0,) * 12)
+    assert held.swa_tail_len == 4 and {"swa_paged_pool", "swa_whole_paged"} <= set(held.input_features())
     q = queue(requests=(QueuedRequest(5, output_len=1), QueuedRequest(4, output_len=0)), running=((7, "a"), (2, None)))
     assert q.retractable_tokens == 9 and q.requests[0].fill_len == 5 and q.pages_for(0) == 2 and q.pages_for(1) == 1
     r = queue(requests=(QueuedRequest(9, output_len=1, prefix_pages=(7, 8)),), radix=True, free_pages=(1, 2, 3, 4))

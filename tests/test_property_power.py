@@ -76,7 +76,7 @@ KILLERS: dict[str, list[str]] = {
     # X2: range, origin, partial page; F4, undigested scales, F5; F6, the Mamba state by page, the DSA tail by pages;
     # T22, MiniMax's dense KV undigested
     "X2": ["XV01", "XV02", "XV03", "XV04", "XV05", "XV06", "XV07", "XV08", "XV09", "XV10", "XV11"],
-    "D1": ["XD01", "XD02", "XD03", "XD04", "XD05"],
+    "D1": ["XD01", "XD02", "XD03", "XD04", "XD05", "XD13"],
     "D2": ["XD06", "XD07", "XD11"],
     "D3": ["XD08", "XD09", "XD12"],
     "D4": ["XD10"],

@@ -428,9 +428,13 @@ class DecodeCase:
     """How ``evictable_pages`` are cached: the pages of each cached sequence (a leaf of the tree), least recently used
     first, summing to ``len(evictable_pages)``; the tree evicts a leaf whole. Empty: one page each."""
     swa_free_pages: tuple[int, ...] | None = None
-    """A hybrid SWA pool (full and sliding-window buffers) with SWA tail pre-allocation: decode takes full pages
-    for ``[D, fill_len)`` and SWA pages (handed out in this order) only for the window's tail, and its SWA state
-    lists address the SWA buffer. None: one full pool. Needs ``page_size > 1`` (SGLang's condition)."""
+    """A hybrid SWA pool (full and sliding-window buffers): decode takes full pages for ``[D, fill_len)`` and SWA
+    pages, handed out in this order, for the SWA span (``swa_tail_len``), and its SWA state lists address the SWA
+    buffer. None: one full pool."""
+    swa_tail: bool = True
+    """With ``swa_free_pages``: SWA tail pre-allocation (#24857, 0.5.12: the SWA span is the window's tail, SGLang's
+    path wherever the pool's page size is above 1), else the whole ``[D, fill_len)`` in the SWA buffer too (page
+    size 1, or a release before the tail). Tail pre-allocation needs ``page_size > 1`` (SGLang's condition)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
@@ -447,6 +451,10 @@ class DecodeCase:
             used.append("state_payloads")
         if self.swa_free_pages is not None and self.page_size > 1:
             used.append("swa_paged_pool")
+        if self.swa_free_pages is not None and self.swa_tail:
+            used.append("swa_tail_prealloc")
+        elif self.swa_free_pages is not None and self.page_size > 1:  # the whole sequence in a paged SWA buffer
+            used.append("swa_whole_paged")
         # before the per-type state lists a request carries one payload, its pool type's: SWA with an SWA pool, DSA
         pool_typed = ("SWA",) if self.swa_free_pages is not None else ("DSA",)
         if self.state_types not in ((), pool_typed):
@@ -498,11 +506,13 @@ class DecodeCase:
                 f"evictable_leaves={leaves} must be page counts >= 1 summing to the {len(self.evictable_pages)} "
                 "evictable pages"
             )
+        if self.swa_free_pages is None and not self.swa_tail:
+            raise ValueError("swa_tail=False describes a hybrid SWA pool's allocation: it needs swa_free_pages")
         if self.swa_free_pages is not None:
             pages = self.swa_free_pages
-            if self.page_size == 1:
-                raise ValueError("swa_free_pages: SWA tail pre-allocation needs page_size > 1")
-            if self.output_len > 1:
+            if self.page_size == 1 and self.swa_tail:
+                raise ValueError("swa_free_pages: SWA tail pre-allocation needs page_size > 1 (swa_tail=False there)")
+            if self.output_len > 1 and self.swa_tail:
                 # A request prefill hands over carries its first output token only; SWA tail pre-allocation sizes
                 # the tail from fill_len, which then covers the SWA list's window [floor(max(D, L - W)), L).
                 raise ValueError(f"swa_free_pages: output_len={self.output_len} must be 0 or 1 with an SWA pool")
@@ -514,8 +524,8 @@ class DecodeCase:
                     "SGLang serves a hybrid SWA model's decode radix cache from the device only (it refuses "
                     "--enable-hierarchical-cache there, kv_cache_builder.py)"
                 )
-            if len(pages) * self.page_size < self.swa_tail_len:
-                raise ValueError(f"swa_free_pages hold fewer than the {self.swa_tail_len} tail tokens")
+            if len(pages) < -(-self.swa_tail_len // self.page_size):
+                raise ValueError(f"swa_free_pages hold fewer than the {self.swa_tail_len} tokens of the SWA span")
             if self.decode_prefix > self.fill_len - self.swa_tail_len:
                 raise ValueError(
                     f"decode_prefix={self.decode_prefix} reaches into the SWA tail [{self.fill_len - self.swa_tail_len}"
@@ -524,12 +534,14 @@ class DecodeCase:
 
     @property
     def swa_tail_len(self) -> int:
-        """SWA tail pre-allocation's SWA span ``[fill - tail, fill)``: from the page-aligned window start, which
-        with the decode radix cache (``D > 0``) keeps ``max(W, page_size)`` tokens before the last committed
-        position; 0 without an SWA pool."""
+        """The SWA span ``[fill - tail, fill)`` decode allocates in the SWA buffer: with tail pre-allocation from the
+        page-aligned window start, which with the decode radix cache (``D > 0``) keeps ``max(W, page_size)`` tokens
+        before the last committed position; without it all of ``[D, fill)``; 0 without an SWA pool."""
         if self.swa_free_pages is None:
             return 0
         ps, fill = self.page_size, self.fill_len
+        if not self.swa_tail:
+            return fill - self.decode_prefix
         reach = max(self.window, ps) + 1 if self.decode_prefix > 0 else self.window
         return fill - max(0, fill - reach) // ps * ps
 

@@ -643,6 +643,22 @@ def swa_untranslated(case: DecodeCase, device: str) -> DecodeTrace:
         return decode_port.decode_prealloc(case, device)
 
 
+@mutant(
+    "XD13",
+    "decode_prealloc",
+    "untranslated ids",
+    "decode's SWA list from full-pool ids where the SWA buffer holds the whole sequence (no tail pre-allocation)",
+)
+def swa_whole_untranslated(case: DecodeCase, device: str) -> DecodeTrace:
+    lists = decode_port.state_lists
+
+    def untranslated(c: DecodeCase, table: torch.Tensor, swa: dict[int, int] | None = None) -> Any:
+        return lists(c, table, swa if c.swa_tail else None)
+
+    with mock.patch.object(decode_port, "state_lists", untranslated):
+        return decode_port.decode_prealloc(case, device)
+
+
 @mutant("XD05", "decode_prealloc", "off by one", "the SWA tail starts a page late (one window page without SWA)")
 def swa_tail_late(case: DecodeCase, device: str) -> DecodeTrace:
     with mock.patch.object(decode_port, "swa_tail_start", lambda c: c.fill_len - c.swa_tail_len + c.page_size):

@@ -183,6 +183,13 @@ FROM_DECODE_HICACHE = Contract(
 FROM_SWA_TAIL_PREALLOC = Contract(
     "decode pre-allocates a hybrid SWA request's window tail only (#24857), first in sglang 0.5.12", "0.5.12"
 )
+SWA_WHOLE_PAGED = Contract(
+    "decode allocates a hybrid SWA request's whole sequence in the SWA buffer at a page size above 1: from paged SWA "
+    "pools (#16296, 0.5.8) until SWA tail pre-allocation (#24857, 0.5.12), which takes that path wherever the page "
+    "size is above 1",
+    "0.5.8",
+    "0.5.12",
+)
 FROM_SWA_PAGED_POOL = Contract(
     "hybrid SWA pools at a page size above 1 (SWATokenToKVPoolAllocator's page_size, #16296), first in sglang 0.5.8",
     "0.5.8",
@@ -290,6 +297,7 @@ FEATURES: dict[str, Contract] = {
     "state_lists": FROM_STATE_LISTS,
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
     "swa_tail_prealloc": FROM_SWA_TAIL_PREALLOC,
+    "swa_whole_paged": SWA_WHOLE_PAGED,
     "dcp_prefill": FROM_DCP_PREFILL,
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,

@@ -120,7 +120,7 @@ def test_d1_destinations_are_held(target: Target, device: str, case: DecodeCase)
                 lists.append((kind, start, values))
     swa_held = swa_holders(case, trace) if case.swa_free_pages is not None else None
     if swa_held is not None:
-        note_event("hybrid SWA pool (SWA tail pre-allocation)")
+        note_event(f"hybrid SWA pool ({'SWA tail pre-allocation' if case.swa_tail else 'the whole sequence in SWA'})")
     for name, start, values in lists:
         pool = swa_held if swa_held is not None and name in ("SWA", "BLOCK_SCALE_SWA") else held
         want = pool[start // ps :]

@@ -444,6 +444,14 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         setattr(req, name, value)
     q.queue = [decode.DecodeRequest(req=req, kv_receiver=cast(Any, Receiver()), waiting_for_input=True)]
     q.scheduler.server_args = _disagg(radix=radix)  # 0.5.19 and earlier read the flags there
+    # the SWA span is the release's decision (tail pre-allocation or the whole sequence): the case must describe it
+    uses_tail = bool(getattr(q, "_uses_swa_tail_prealloc", lambda: False)())
+    if case.swa_free_pages is not None and uses_tail != case.swa_tail:
+        raise ValueError(
+            f"swa_tail={case.swa_tail}: at page size {ps} this release's decode "
+            f"{'pre-allocates only the SWA tail' if uses_tail else 'allocates the whole sequence in the SWA buffer'}"
+            " (DecodePreallocQueue._uses_swa_tail_prealloc): not a configuration its server makes"
+        )
     with (
         _published(decode, q.scheduler.server_args),
         request_state.online_flag(),
@@ -467,7 +475,9 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
         # what decode allocated starts where the prefix it announced ends (a decode that declines its host hit
         # announces less than the case's D and allocates from there)
         allocated=int_tuple(row[_announced(prefix, case) : case.fill_len]),
-        swa_allocated=int_tuple(_translate_swa(allocator)(tail)) if case.swa_free_pages else (),
+        # what the SWA buffer holds for the span, read from the allocator's own map (not through the translation
+        # decode's SWA lists are built with: D1 checks that translation against it)
+        swa_allocated=int_tuple(allocator.full_to_swa_index_mapping[tail]) if case.swa_free_pages else (),
         swa_start=case.fill_len - case.swa_tail_len if case.swa_free_pages else 0,
         req_pool_idx=int(book.req_pool_idx),
         evicted=tuple(evicted),
@@ -589,12 +599,6 @@ def _prefix_match(device: torch.Tensor, host_hit: int) -> Any:
     )
 
 
-def _translate_swa(allocator: Any) -> Any:
-    """The hybrid SWA allocator's full-to-SWA translation for a transfer (``translate_loc_from_full_to_swa`` before
-    0.5.20)."""
-    return getattr(allocator, "translate_swa_indices_for_transfer", None) or allocator.translate_loc_from_full_to_swa
-
-
 def _announced(prefix: Any, case: DecodeCase) -> int:
     """The prefix decode sent prefill, where it lies in ``[L1, D]`` (else the case's D: D1 names the bad value)."""
     return (
@@ -622,12 +626,17 @@ def _hybrid_swa_pool(
     kvcache.page_size, kvcache.full_kv_pool, kvcache.swa_kv_pool = ps, None, None
     kvcache.swa_req_ring_size, kvcache.full_to_swa_index_mapping = None, None
     full_pages, swa_pages = max(free_pages, default=0) + 1, max(swa_free_pages, default=0) + 1
-    allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu", kvcache=kvcache,
-                                          need_sort=True)  # fmt: skip
+    # the page size is the allocator's from #16296 (0.5.8); before, it is token-granular and takes none
+    paged = (ps,) if "page_size" in inspect.signature(SWATokenToKVPoolAllocator).parameters else ()
+    if not paged and ps != 1:
+        raise ValueError(f"page_size={ps}: this release's hybrid SWA allocator is token-granular (page size 1)")
+    allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, *paged, torch.int64, "cpu",
+                                          kvcache=kvcache, need_sort=True)  # fmt: skip
     for side, free in ((allocator.full_attn_allocator, free_pages), (allocator.swa_attn_allocator,
                                                                      swa_free_pages)):  # fmt: skip
         pool: Any = side
-        pool.free_pages = torch.tensor(free, dtype=torch.int64)
+        setattr(pool, "free_pages" if hasattr(pool, "free_pages") else "free_slots",
+                torch.tensor(free, dtype=torch.int64))  # fmt: skip
         pool.release_pages = torch.empty((0,), dtype=torch.int64)
     return kvcache, allocator
 
