@@ -312,17 +312,17 @@ def _decode_cases(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> De
     return draw_decode_case(c, max_length=max_length, max_page_size=max_page_size)
 
 
-def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_pool: bool = True) -> DecodeCase:
-    """``decode_cases``' example, drawn from ``c``."""
-    pool = draw_pool(c, request_state=swa_pool)
+def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, alone: bool = True) -> DecodeCase:
+    """``decode_cases``' example, drawn from ``c``. ``alone``: decode on its own, with what the exchange pair's prefill
+    model does not cover (DeepSeek-V4's request state, memory pressure on the decode radix cache)."""
+    pool = draw_pool(c, request_state=alone)
     hybrid_swa = "SWA" in pool.state_types  # a hybrid SWA model's pool (SWAKVPool, DeepSeek-V4's)
     # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
     ps = _pool_page_size(c, pool, max_page_size)
     n = boundary_length(c, 1, _pool_length(pool, max_length, ps), ps)
     # the SWA buffer's allocation is the server's, not a choice: the window's tail wherever the release has tail
     # pre-allocation and the page size is above 1 (decode.py _uses_swa_tail_prealloc), else the whole sequence
-    swa_side = swa_pool and hybrid_swa
-    tail = swa_side and ps > 1 and DOMAIN.has("swa_tail_prealloc")
+    tail = hybrid_swa and ps > 1 and DOMAIN.has("swa_tail_prealloc")
     # a request prefill hands over carries its first output token only: the tail is sized from fill_len
     outputs = c.integer(0, 1 if tail else 3, lean=1)
     fill = n + max(outputs - 1, 0)
@@ -360,7 +360,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
     # drawn last: earlier choices keep their meaning. A hybrid SWA model's pool (drawn only where the release builds
     # one, with a decode prefix only where it accepts the radix cache for it: draw_pool, _refuses_decode_prefix) has
     # an SWA buffer of its own, at a page size above 1 from #16296 (0.5.8: _pool_page_size)
-    if swa_side:
+    if hybrid_swa:
         if tail and d:  # the radix match stops before the SWA tail (max_prefix_len = fill - tail)
             cap = max(0, fill - max(window, ps) - 1) // ps * ps
             if d > cap:
@@ -370,7 +370,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, swa_poo
         swa_pages = tuple(distinct_sample(c, 1, count + 32, count))
         case = replace(case, swa_free_pages=swa_pages, swa_tail=tail)
     # memory pressure: part of the pool cached
-    if swa_pool and d and case.swa_free_pages is None and c.boolean(lean=True):
+    if alone and d and case.swa_free_pages is None and c.boolean(lean=True):
         short = c.integer(1, len(free))
         leaves: list[int] = []  # the cached sequences those pages belong to: a leaf of 1-4 pages, evicted whole
         while sum(leaves) < short:
@@ -412,7 +412,7 @@ def pd_exchanges(*, max_length: int = 64, max_page_size: int = 16) -> st.SearchS
 def _pd_exchanges(draw: st.DrawFn, *, max_length: int, max_page_size: int) -> tuple[PrefillCase, DecodeCase]:
     c = Choices(draw)
     c.lean()
-    dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size, swa_pool=False)
+    dec = draw_decode_case(c, max_length=max_length, max_page_size=max_page_size, alone=False)
     return draw_prefill_sends(c, dec.page_size, dec.length, dec.decode_prefix, max_chunks=4, shared=dec), dec
 
 

@@ -73,9 +73,18 @@ def test_p18p_state_lists_pair_up(target: Target, device: str, pair: tuple[Prefi
             assert p_page == (pre.row[pos] // ps if own is None else own[first + i]), (
                 f"{kind}[{i}]: prefill page {p_page} is not its logical page {first + i}"
             )
-            assert d_page == got.row[pos] // ps, (
+            assert d_page == decode_page(dec, got, kind, pos), (
                 f"{kind}[{i}]: decode page {d_page} is not its logical page {first + i}"
             )
+
+
+def decode_page(dec: DecodeCase, got: DecodeTrace, kind: str, pos: int) -> int | None:
+    """Decode's page for position ``pos`` in a list of ``kind``: its SWA buffer's (what the allocator holds for the
+    SWA span, None outside it) for an SWA-window list on a hybrid SWA pool, else its request row's."""
+    if kind not in SWA_WINDOW_TYPES or dec.swa_free_pages is None:
+        return got.row[pos] // dec.page_size
+    k = pos - got.swa_start
+    return got.swa_allocated[k] // dec.page_size if 0 <= k < len(got.swa_allocated) else None
 
 
 @prop(
