@@ -182,9 +182,12 @@ def draw_pool(c: Choices, *, prefill: bool = False, request_state: bool = True) 
 
 
 def _builds(pool: StatePool) -> bool:
-    """Whether the bound release builds ``pool`` for PD: it registers each of its state types (``StateType``), and
-    before the per-type lists (#24932, 0.5.12) only a pool of one payload, SWA or DSA, has any."""
+    """Whether the bound release builds ``pool`` for PD: it has the pool's feature (``StatePool.feature``), it
+    registers each of its state types (``StateType``), and before the per-type lists (#24932, 0.5.12) only a pool
+    of one payload, SWA or DSA, has any."""
     kinds = pool.state_types
+    if pool.feature is not None and not DOMAIN.has(pool.feature):
+        return False
     if not kinds:
         return True
     if not DOMAIN.has("state_payloads") or DOMAIN.state_types(kinds) != kinds:
@@ -209,9 +212,10 @@ def _pool_page_size(c: Choices, pool: StatePool, max_page_size: int) -> int:
 
 
 def _pool_length(pool: StatePool, max_length: int, ps: int) -> int:
-    """The longest prompt drawn: ``max_length``, or three pages where the pool fixes a page size (a DSA pool's 64,
-    MXFP8's 128): a prompt of several of its pages, with a decode prefix short of it."""
-    return max(max_length, 3 * ps) if pool.fixed_page_size else max_length
+    """The longest prompt drawn: ``max_length``, or three pages and a token where the pool fixes a page size (a DSA
+    pool's 64, MXFP8's 128, DeepSeek-V4's 256): a prompt of several of its pages, with a decode prefix short of it,
+    up to one token past a page boundary."""
+    return max(max_length, 3 * ps + 1) if pool.fixed_page_size else max_length
 
 
 def _refuses_decode_prefix(pool: StatePool) -> bool:

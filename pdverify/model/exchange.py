@@ -461,6 +461,9 @@ class DecodeCase:
             used.append("state_lists")
         if "DSV4_REQUEST_STATE" in self.state_types and self.request_state[0] == 2:
             used.append("dsv4_pair_state")
+        # the request state is the last of DeepSeek-V4's own registrations: what follows it is its draft's
+        if "DSV4_REQUEST_STATE" in self.state_types[:-1]:
+            used.append("dsv4_draft_state")
         swa = self.swa_free_pages is not None or any(k in SWA_WINDOW_TYPES for k in self.state_types)
         if self.decode_prefix and swa:
             used.append("swa_decode_prefix")

@@ -27,6 +27,9 @@ class StatePool:
     state_types: tuple[str, ...]
     page_sizes: tuple[int, ...] | None
     source: str
+    feature: str | None = None
+    """The input feature (``pdverify.properties.releases.FEATURES``) a release needs to register the pool this way,
+    beyond its state types (None: its state types suffice)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.state_types) - set(DECODE_STATE_TYPES)
@@ -50,6 +53,11 @@ class StatePool:
         """Whether the server runs this pool at ``page_size``."""
         return self.page_sizes is None or page_size in self.page_sizes
 
+
+DSV4_PAGE_SIZES = (256,)
+"""DeepSeek-V4's page size: its model override sets 256 whatever ``--page-size`` says (0.5.23
+``arg_groups/model_overrides/deepseek_v4.py:51-61``; 128 on NPU, not modelled) and its KV configurator asserts it
+(``kv_cache_configurator.py:2068-2070``); 256 since 0.5.15 (``arg_groups/overrides.py:694``)."""
 
 STATE_POOLS: tuple[StatePool, ...] = (
     StatePool("mha", (), None, "MHATokenToKVPool (a dense model): no state component"),
@@ -98,30 +106,40 @@ STATE_POOLS: tuple[StatePool, ...] = (
     StatePool(
         "dsv4",
         ("SWA", "DSV4_REQUEST_STATE"),
-        None,
+        DSV4_PAGE_SIZES,
         "DeepSeekV4TokenToKVPool: its SWA state, then the request-scoped compress state (utils.py:1547-1550, "
         "1587-1597)",
     ),
     StatePool(
         "dsv4_unified",
         ("SWA", "SWA_RING", "DSV4_REQUEST_STATE"),
-        None,
-        "DeepSeekV4TokenToKVPool on the unified KV layout: the SWA ring in the unified buffers besides (utils.py:"
-        "1573-1586)",
+        DSV4_PAGE_SIZES,
+        "DeepSeekV4TokenToKVPool on the unified KV layout (ROCm: SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton, "
+        "unified_kv_gate.py:12-15): the SWA ring in the unified buffers besides (utils.py:1573-1586)",
     ),
     StatePool(
         "dsv4_nextn",
+        ("SWA", "DSV4_REQUEST_STATE", "SWA"),
+        DSV4_PAGE_SIZES,
+        "DeepSeek-V4 with its NextN (EAGLE) draft pool: the draft's SWA, sharing the target's SWA indices "
+        "(utils.py:1775-1842); no SWA valid-from outside DSpark (deepseek_v4_memory_pool.py:1245-1258)",
+        "dsv4_draft_state",
+    ),
+    StatePool(
+        "dsv4_dspark",
         ("SWA", "DSV4_REQUEST_STATE", "SWA", "REQUEST_ROW"),
-        None,
-        "DeepSeek-V4 with its NextN draft pool: the draft's SWA (sharing the target's SWA indices) and its SWA "
-        "valid-from, one item per request row (utils.py:1775-1858)",
+        DSV4_PAGE_SIZES,
+        "DeepSeek-V4 with a DSpark draft (--speculative-algorithm DSPARK): the draft's SWA and its SWA valid-from, "
+        "one item per request row (utils.py:1842-1857, deepseek_v4_memory_pool.py:1245-1258)",
+        "dsv4_draft_state",
     ),
     StatePool(
         "dsv4_unified_nextn",
-        ("SWA", "SWA_RING", "DSV4_REQUEST_STATE", "SWA_RING", "REQUEST_ROW"),
-        None,
-        "DeepSeek-V4 with its NextN draft on the unified KV layout: the draft's SWA ring (the target's geometry) and "
-        "its SWA valid-from (utils.py:1775-1858)",
+        ("SWA", "SWA_RING", "DSV4_REQUEST_STATE", "SWA_RING"),
+        DSV4_PAGE_SIZES,
+        "DeepSeek-V4 with its draft on the unified KV layout: the draft's SWA ring (the target's geometry, "
+        "utils.py:1812); the unified draft has no SWA pool, so never an SWA valid-from",
+        "dsv4_draft_state",
     ),
 )
 """Every pool, its registration as of SGLang 0.5.23. A release registers the types it has (``StateType``): a pool

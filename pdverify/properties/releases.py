@@ -190,6 +190,11 @@ SWA_WHOLE_PAGED = Contract(
     "0.5.8",
     "0.5.12",
 )
+FROM_DSV4_DRAFT_STATE = Contract(
+    "DeepSeek-V4's speculative draft registers its own SWA state for PD (setup_state_kv_args' draft block), first in "
+    "sglang 0.5.23",
+    "0.5.23",
+)
 FROM_SWA_PAGED_POOL = Contract(
     "hybrid SWA pools at a page size above 1 (SWATokenToKVPoolAllocator's page_size, #16296), first in sglang 0.5.8",
     "0.5.8",
@@ -298,6 +303,7 @@ FEATURES: dict[str, Contract] = {
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
     "swa_tail_prealloc": FROM_SWA_TAIL_PREALLOC,
     "swa_whole_paged": SWA_WHOLE_PAGED,
+    "dsv4_draft_state": FROM_DSV4_DRAFT_STATE,
     "dcp_prefill": FROM_DCP_PREFILL,
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
