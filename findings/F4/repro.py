@@ -19,18 +19,20 @@ Runs SGLang's own code, unmodified:
   * decode: ``SchedulerDisaggregationDecodeMixin._verify_kv_checksums``.
 
 Objects: the MXFP8 case uses SGLang's real ``MHATokenToKVPoolMXFP8`` (page size 128, the production interleaved
-scale layout), ``PagedTokenToKVPoolAllocator`` and ``ReqToTokenPool``, all constructed on CPU. The DeepSeek-V4 pool
-cannot be constructed on CPU (it needs the server's runtime context and GPU kernels), so it is made with
-``DeepSeekV4TokenToKVPool.__new__`` (its ``__init__`` skipped, the class identity and its own buffer-info methods
-kept) holding small CPU buffers in the shape its methods read; its allocator is ``SWATokenToKVPoolAllocator.__new__``
-holding the page size and the pool.
+scale layout), ``PagedTokenToKVPoolAllocator`` and ``ReqToTokenPool``, all constructed on CPU. The DeepSeek-V4 case
+uses SGLang's real ``DeepSeekV4TokenToKVPool`` (page size 256, layers [SWA-only, C4, C128] as in its interleave, the
+smallest geometry it accepts: 448 + 64 nope/rope dims make its 584-byte FP8 token) and the
+``SWATokenToKVPoolAllocator`` its KV configurator builds for it, constructed on CPU inside SGLang's own runtime
+context for a dummy-model prefill server (``create_context`` / ``use_context``: the pool reads the server's
+configuration).
 
 Stubbed, because it cannot run on CPU or needs a live peer:
   * the CUDA Adler-32 kernel ``adler32_strided_checksum`` -> a CPU Adler-32 over the same (ptr, item_len, index)
     triples; ``compute()``'s ``is_cuda`` asserts see a CPU index tensor tagged as on-device;
   * the KV sender (records what ``_send_kv_chunk`` hands to ``send``) and the transfer (a byte copy of the sent pages
     to decode's destinations, in order); for DeepSeek-V4 ``_send_kv_chunk`` itself is recorded, not run (its SWA and
-    request-state payloads need the full pool), and only the KV pages are copied;
+    request-state payloads need the row's SWA slots and request-state ring, which an allocation would set up and
+    the checksum does not read), and only the KV pages are copied;
   * decode's TP all-reduce of mismatch flags (one rank), ``prepare_abort`` / ``release_kv_cache`` (recorded).
 
 Exit 1 while the defect is present (a side raises in the checksum, or decode rejects a byte-exact transfer), 0 on a
@@ -63,11 +65,15 @@ from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.common import kv_to_page_indices
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPoolMXFP8, ReqToTokenPool
+from sglang.srt import runtime_context as rc
 from sglang.srt.runtime_context import get_parallel
+from sglang.srt.server_args import ServerArgs
 
 # --------------------------------------------------------------------------- stubs for what needs CUDA / a peer
 
 _REGISTERED: dict[int, int] = {}  # data_ptr -> nbytes of every buffer handed to a checksum computer
+# the configuration a dummy-model prefill server publishes (the DeepSeek-V4 pool reads it while it is built)
+_CONTEXT = rc.create_context(ServerArgs(model_path="dummy", device="cpu", disaggregation_mode="prefill"), role="scheduler")
 
 
 def _cpu_adler32_strided_checksum(data_ptrs, strides, indices) -> int:
@@ -177,10 +183,13 @@ class Engine:
                 _fill(t, gen)
         else:
             self.page_size = ps = 256  # DeepSeek-V4 paged SWA mode requires page size 256
-            self.pool = _deepseek_v4_pool(ps, num_pages=8, gen=gen)
-            self.allocator = SWATokenToKVPoolAllocator.__new__(SWATokenToKVPoolAllocator)
-            self.allocator.page_size = ps
-            self.allocator._kvcache = self.pool
+            with rc.use_context(_CONTEXT):
+                self.pool = _deepseek_v4_pool(ps, num_pages=8)
+                # kv_cache_configurator: a DeepSeek-V4 pool with paged SWA gets the hybrid SWA allocator
+                self.allocator = SWATokenToKVPoolAllocator(
+                    8 * ps, 4 * ps, page_size=ps, dtype=torch.float8_e4m3fn, device="cpu", kvcache=self.pool,
+                    need_sort=False,
+                )  # fmt: skip
         self.req_to_token_pool = ReqToTokenPool(
             size=4, max_context_len=len(row_pages) * ps, device="cpu", enable_memory_saver=False
         )
@@ -193,6 +202,11 @@ class Engine:
             self.pool
         )
         setup_state_kv_args(self.kv_args, self.pool, None, req_to_token_pool=self.req_to_token_pool)
+        if kind != "mxfp8":  # each side's bytes in every buffer it registered for PD
+            for ptr, n in [*zip(self.kv_args.kv_data_ptrs, self.kv_args.kv_data_lens),
+                           *zip(_flat(self.kv_args.state_data_ptrs), _flat(self.kv_args.state_data_lens))]:  # fmt: skip
+                ctypes.memmove(int(ptr), torch.randint(0, 256, (int(n),), dtype=torch.uint8, generator=gen)
+                               .numpy().tobytes(), int(n))  # fmt: skip
         self.computer = RecordingChecksumComputer(self.kv_args)
 
     @property
@@ -200,40 +214,16 @@ class Engine:
         return self.req_to_token_pool.req_to_token[self.req_pool_idx, : self.length]
 
 
-def _deepseek_v4_pool(ps: int, *, num_pages: int, gen: torch.Generator) -> DeepSeekV4TokenToKVPool:
-    """A DeepSeekV4TokenToKVPool (class identity and methods kept, ``__init__`` skipped) holding small CPU buffers
-    laid out as its PD buffer-info methods read them: C4/C128 compressed KV and a C4 indexer (KV, page-indexed), the
-    paged SWA KV plus the C4 compress-state rings (state type SWA), and the request-scoped C128 state ring
-    (DSV4_REQUEST_STATE). Layers: [SWA-only, C4, C128, C4], as in DeepSeek-V4's interleave."""
-    pool = DeepSeekV4TokenToKVPool.__new__(DeepSeekV4TokenToKVPool)
-
-    def buf(rows, width, dtype=torch.uint8):
-        t = torch.empty((rows, width), dtype=dtype)
-        _fill(t, gen)
-        return t
-
-    pool.page_size = ps
-    pool.swa_page_size = ps
-    pool.compression_ratios = [0, 4, 128, 4]
-    pool._stage_start, pool._stage_end = 0, 4
-    pool._unified_kv = False
-    pool.request_window = None
-    pool.kv_pools = {
-        4: SimpleNamespace(kv_buffer=[buf(num_pages, 64), buf(num_pages, 64)]),
-        128: SimpleNamespace(kv_buffer=[buf(num_pages, 16)]),
-    }
-    pool.index_pools = {4: SimpleNamespace(page_size=ps // 4, contiguous_page_row_buffers=lambda: [buf(num_pages, 32)])}
-    pool.swa_kv_pool = SimpleNamespace(page_size=ps, kv_buffer=[buf(num_pages, 48) for _ in range(4)])
-
-    def state_pool(ratio, request_scoped):
-        return SimpleNamespace(
-            ratio=ratio, request_scoped=request_scoped, ring_size=8, online=False,
-            kv_score_buffer=SimpleNamespace(kv_score=buf(num_pages * 8, 8, torch.float32)),
-        )  # fmt: skip
-
-    pool.compress_state_pools = [None, state_pool(4, False), state_pool(128, True), state_pool(4, False)]
-    pool.indexer_compress_state_pools = [None, state_pool(4, False), None, state_pool(4, False)]
-    return pool
+def _deepseek_v4_pool(ps: int, *, num_pages: int) -> DeepSeekV4TokenToKVPool:
+    """SGLang's ``DeepSeekV4TokenToKVPool`` at page size ``ps``: layers [SWA-only, C4, C128] (its interleave), FP8 KV,
+    FP32 compress-state rings, ``num_pages`` full pages and half as many SWA pages, two request slots."""
+    return DeepSeekV4TokenToKVPool(
+        max_num_reqs=2, swa_size=num_pages // 2 * ps, c4_size=num_pages * ps // 4, c128_size=num_pages * ps // 128,
+        c4_state_pool_size=64, c128_state_pool_size=8, page_size=ps, swa_page_size=ps, sliding_window=128,
+        dtype=torch.float8_e4m3fn, c4_state_dtype=torch.float32, c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448, qk_rope_head_dim=64, indexer_head_dim=128, layer_num=3, device="cpu",
+        enable_memory_saver=False, compression_ratios=[0, 4, 128], kv_source_layers=[], full_size=num_pages * ps,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the two schedulers
@@ -258,7 +248,7 @@ class PrefillScheduler(SchedulerDisaggregationPrefillMixin):
         )
         self.recorded_sends: list[tuple[int, int]] = []
         if not run_transfer_path:
-            # DeepSeek-V4: the transfer path's SWA / request-state payloads need the full pool; record the call.
+            # DeepSeek-V4: the transfer path's SWA / request-state payloads need an allocation; record the call.
             self._send_kv_chunk = lambda req, last_chunk=False, end_idx=None: self.recorded_sends.append(
                 (req.start_send_idx, end_idx)
             )

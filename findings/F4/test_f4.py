@@ -38,7 +38,8 @@ from sglang.srt.mem_cache.memory_pool import (
     MHATokenToKVPoolMXFP8,
     ReqToTokenPool,
 )
-from sglang.srt.runtime_context import get_parallel
+from sglang.srt.runtime_context import create_context, get_parallel, use_context
+from sglang.srt.server_args import ServerArgs
 from sglang.test.ci.ci_register import register_cpu_ci
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
@@ -123,48 +124,46 @@ def _mha_engine(pool_cls, page_size=128):
 
 
 def _deepseek_v4_engine(page_size=256):
-    """DeepSeekV4TokenToKVPool needs GPU kernels to construct; keep its class and
-    buffer-info methods and give it small CPU buffers: C4/C128 KV, paged SWA KV
-    and C4 compress state (SWA), request-scoped C128 state (DSV4_REQUEST_STATE)."""
-
-    def buf(rows, width, dtype=torch.uint8):
-        return torch.zeros((rows, width), dtype=dtype)
-
-    def state_pool(ratio, request_scoped):
-        return SimpleNamespace(
-            ratio=ratio,
-            request_scoped=request_scoped,
-            ring_size=8,
-            online=False,
-            kv_score_buffer=SimpleNamespace(
-                kv_score=buf(NUM_PAGES * 8, 8, torch.float32)
-            ),
-        )
-
-    pool = DeepSeekV4TokenToKVPool.__new__(DeepSeekV4TokenToKVPool)
-    pool.page_size = pool.swa_page_size = page_size
-    pool.compression_ratios = [0, 4, 128, 4]
-    pool._stage_start, pool._stage_end = 0, 4
-    pool._unified_kv = False
-    pool.request_window = None
-    pool.kv_pools = {
-        4: SimpleNamespace(kv_buffer=[buf(NUM_PAGES, 64), buf(NUM_PAGES, 64)]),
-        128: SimpleNamespace(kv_buffer=[buf(NUM_PAGES, 16)]),
-    }
-    pool.index_pools = {}
-    pool.swa_kv_pool = SimpleNamespace(
-        page_size=page_size, kv_buffer=[buf(NUM_PAGES, 48) for _ in range(4)]
+    """SGLang's DeepSeekV4TokenToKVPool (layers [SWA-only, C4, C128]; 448 + 64
+    nope/rope dims are its 584-byte FP8 token) and the SWA allocator the KV
+    configurator gives it, built on CPU under a dummy-model prefill server's
+    runtime context (the pool reads the server's configuration)."""
+    server_args = ServerArgs(
+        model_path="dummy", device="cpu", disaggregation_mode="prefill"
     )
-    pool.compress_state_pools = [
-        None,
-        state_pool(4, False),
-        state_pool(128, True),
-        state_pool(4, False),
-    ]
-    pool.indexer_compress_state_pools = [None, None, None, None]
-    allocator = SWATokenToKVPoolAllocator.__new__(SWATokenToKVPoolAllocator)
-    allocator.page_size = page_size
-    allocator._kvcache = pool
+    with use_context(create_context(server_args, role="scheduler")):
+        pool = DeepSeekV4TokenToKVPool(
+            max_num_reqs=2,
+            swa_size=NUM_PAGES // 2 * page_size,
+            c4_size=NUM_PAGES * page_size // 4,
+            c128_size=NUM_PAGES * page_size // 128,
+            c4_state_pool_size=64,
+            c128_state_pool_size=8,
+            page_size=page_size,
+            swa_page_size=page_size,
+            sliding_window=128,
+            dtype=torch.float8_e4m3fn,
+            c4_state_dtype=torch.float32,
+            c128_state_dtype=torch.float32,
+            qk_nope_head_dim=448,
+            qk_rope_head_dim=64,
+            indexer_head_dim=128,
+            layer_num=3,
+            device="cpu",
+            enable_memory_saver=False,
+            compression_ratios=[0, 4, 128],
+            kv_source_layers=[],
+            full_size=NUM_PAGES * page_size,
+        )
+        allocator = SWATokenToKVPoolAllocator(
+            NUM_PAGES * page_size,
+            NUM_PAGES // 2 * page_size,
+            page_size=page_size,
+            dtype=torch.float8_e4m3fn,
+            device="cpu",
+            kvcache=pool,
+            need_sort=False,
+        )
     return pool, allocator, _req_to_token_pool(page_size, PAGES)
 
 
@@ -296,7 +295,7 @@ class TestKvChecksumStateIndices(unittest.TestCase):
             kv_args.state_types, [StateType.SWA, StateType.DSV4_REQUEST_STATE]
         )
         sched = _FakePrefillScheduler(allocator, req_to_token_pool, kv_args)
-        # the V4 state payloads need the whole pool; only the digest is under test
+        # the V4 state payloads need an allocation; only the digest is under test
         sched._send_kv_chunk = Mock()
         sched.send_kv_chunk(_prefill_req(600, _sender()), last_chunk=True)
         sched._send_kv_chunk.assert_called_once()
