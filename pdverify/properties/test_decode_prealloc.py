@@ -33,6 +33,11 @@ def _case(l1_pages: list[int], d: int, stale: bool, state: tuple[str, ...]) -> D
     return DecodeCase(ps, 23, 1, l1, d, row, (38, 61, 11, 62, 48, 33, 50, 7, 45, 8), state_types=state, window=6)
 
 
+# a hybrid SWA pool at page size 1: no tail pre-allocation, the SWA buffer holds the whole sequence (SWA slots 3, 12,
+# 8, ... for [0, 9)); the window [5, 9) names SWA slots 6, 9, 13, 14, not full slots 48, 33, 50, 7
+_WHOLE_SWA = DecodeCase(1, 9, 1, (), 0, (0,) * 10, (38, 61, 11, 62, 48, 33, 50, 7, 45, 8), state_types=("SWA",),
+                        window=4, swa_free_pages=(3, 12, 8, 5, 6, 9, 13, 14, 15), swa_tail=False)  # fmt: skip
+
 EXAMPLES = [
     _case([], 0, False, ("QSA_COMPRESSED", "DSA", "SWA")),
     # a hybrid SWA pool: SWA pages 3, 12, 8 ... for the tail [20, 23) only (window 6 -> start floor(17) = 16)
@@ -43,6 +48,7 @@ EXAMPLES = [
     _case([40, 41], 8, False, ("QSA_COMPRESSED", "MINIMAX_INDEX_K")),
     _case([40], 8, False, ("QSA_COMPRESSED",)),  # L1 4 + L2 host 4 -> D 8, restore pending
     _case([40], 8, True, ("BLOCK_SCALE", "DSA")),  # the same on a reused row
+    _WHOLE_SWA,
 ]
 
 
