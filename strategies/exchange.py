@@ -16,6 +16,7 @@ from pdverify.model.exchange import (
     SWA_WINDOW_TYPES,
     DecodeCase,
     PrefillCase,
+    swa_tail_start,
 )
 from pdverify.model.layout import pages_needed, token_locations
 from pdverify.model.pools import STATE_POOLS, StatePool
@@ -202,7 +203,7 @@ def _pool_page_size(c: Choices, pool: StatePool, max_page_size: int) -> int:
         return 1
     sizes = page_size_list(max_page_size)
     ps = pick_page_size(c, sizes)  # drawn for every pool: the choices after it keep their places when one shrinks
-    if "SWA" in pool.state_types and not DOMAIN.has("swa_paged_pool"):
+    if pool.hybrid_swa and not DOMAIN.has("swa_paged_pool"):
         # a hybrid SWA pool is token-granular before #16296 (0.5.7's model_runner_kv_cache_mixin.py asserts
         # `not self.is_hybrid_swa` for a page size above 1)
         return 1
@@ -320,7 +321,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, alone: 
     """``decode_cases``' example, drawn from ``c``. ``alone``: decode on its own, with what the exchange pair's prefill
     model does not cover (DeepSeek-V4's request state, memory pressure on the decode radix cache)."""
     pool = draw_pool(c, request_state=alone)
-    hybrid_swa = "SWA" in pool.state_types  # a hybrid SWA model's pool (SWAKVPool, DeepSeek-V4's)
+    hybrid_swa = pool.hybrid_swa
     # pages came with #5561 (0.4.5.post2): before, decode registers token slots, page size 1
     ps = _pool_page_size(c, pool, max_page_size)
     n = boundary_length(c, 1, _pool_length(pool, max_length, ps), ps)
@@ -366,7 +367,7 @@ def draw_decode_case(c: Choices, *, max_length: int, max_page_size: int, alone: 
     # an SWA buffer of its own, at a page size above 1 from #16296 (0.5.8: _pool_page_size)
     if hybrid_swa:
         if tail and d:  # the radix match stops before the SWA tail (max_prefix_len = fill - tail)
-            cap = max(0, fill - max(window, ps) - 1) // ps * ps
+            cap = swa_tail_start(fill, window, ps, radix=True)
             if d > cap:
                 d = l1 = cap
                 case = replace(case, decode_prefix=d, l1_row=case.l1_row[:d], free_pages=tuple(pages[d // ps :]))

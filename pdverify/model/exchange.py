@@ -73,6 +73,14 @@ DP_BALANCE: tuple[str, ...] = ("query", "follow_room")
 (``query``), or the load balancer follows the bootstrap room (rank ``room % DP``: ``follow_bootstrap_room``)."""
 
 
+def swa_tail_start(fill_len: int, window: int, page_size: int, *, radix: bool) -> int:
+    """Where SWA tail pre-allocation's SWA span starts (decode.py ``_swa_tail_len``): the page-aligned window start
+    before ``fill_len``, which with the decode radix cache on keeps ``max(window, page_size)`` tokens before the last
+    committed position (the radix match stops there: ``max_prefix_len``)."""
+    reach = max(window, page_size) + 1 if radix else window
+    return max(0, fill_len - reach) // page_size * page_size
+
+
 def state_list_start(kind: str, *, page_size: int, decode_prefix: int, length: int, window: int) -> int | None:
     """The token position where a page-strided state list of ``kind`` starts on either side (None: the kind
     is not page-strided): the SWA window at ``floor(max(D, L - W) / ps) * ps``, the DSA and MiniMax index-K
@@ -545,8 +553,7 @@ class DecodeCase:
         ps, fill = self.page_size, self.fill_len
         if not self.swa_tail:
             return fill - self.decode_prefix
-        reach = max(self.window, ps) + 1 if self.decode_prefix > 0 else self.window
-        return fill - max(0, fill - reach) // ps * ps
+        return fill - swa_tail_start(fill, self.window, ps, radix=self.decode_prefix > 0)
 
     @property
     def l1_prefix(self) -> int:
@@ -595,3 +602,8 @@ class DecodeTrace:
     restore: tuple[int, ...] = ()
     """Token locations reserved at pre-allocation for ``[L1, D)``, the prefix a HiCache restore loads later
     (SGLang 0.5.23 reserves none: those slots keep whatever the row held)."""
+
+    def swa_page(self, pos: int, page_size: int) -> int | None:
+        """With an SWA pool: the SWA page the request holds for position ``pos`` (None: none)."""
+        k = pos - self.swa_start
+        return self.swa_allocated[k] // page_size if 0 <= k < len(self.swa_allocated) else None

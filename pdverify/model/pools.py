@@ -45,6 +45,12 @@ class StatePool:
         return tuple(k for k in self.state_types if k in STATE_TYPES)
 
     @property
+    def hybrid_swa(self) -> bool:
+        """Whether this is a hybrid SWA model's pool (an SWA buffer besides the full one: ``SWAKVPool``,
+        DeepSeek-V4's)."""
+        return "SWA" in self.state_types
+
+    @property
     def fixed_page_size(self) -> bool:
         """Whether the server runs this pool at given page sizes only."""
         return self.page_sizes is not None

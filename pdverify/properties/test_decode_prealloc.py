@@ -54,11 +54,8 @@ EXAMPLES = [
 
 def swa_holders(case: DecodeCase, trace: DecodeTrace) -> list[int | None]:
     """With an SWA pool: the SWA page the request holds for each logical page of ``[0, L)`` (None: none)."""
-    ps, out = case.page_size, []
-    for j in range(-(-case.length // ps)):
-        k = j * ps - trace.swa_start
-        out.append(trace.swa_allocated[k] // ps if 0 <= k < len(trace.swa_allocated) else None)
-    return out
+    ps = case.page_size
+    return [trace.swa_page(j * ps, ps) for j in range(-(-case.length // ps))]
 
 
 def holders(case: DecodeCase, trace: DecodeTrace, d: int) -> list[int | None]:

@@ -83,8 +83,7 @@ def decode_page(dec: DecodeCase, got: DecodeTrace, kind: str, pos: int) -> int |
     SWA span, None outside it) for an SWA-window list on a hybrid SWA pool, else its request row's."""
     if kind not in SWA_WINDOW_TYPES or dec.swa_free_pages is None:
         return got.row[pos] // dec.page_size
-    k = pos - got.swa_start
-    return got.swa_allocated[k] // dec.page_size if 0 <= k < len(got.swa_allocated) else None
+    return got.swa_page(pos, dec.page_size)
 
 
 @prop(

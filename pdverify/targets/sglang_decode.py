@@ -90,8 +90,7 @@ def _allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) -> Any
     sort = {"need_sort": True} if "need_sort" in inspect.signature(PagedTokenToKVPoolAllocator).parameters else {}
     allocator: Any = PagedTokenToKVPoolAllocator(pool_pages * page_size, page_size, torch.int64, "cpu", kvcache=kvcache,
                                                  **sort)  # fmt: skip
-    allocator.free_pages = torch.tensor(free_pages, dtype=torch.int64)
-    allocator.release_pages = torch.empty((0,), dtype=torch.int64)
+    _hand_out(allocator, free_pages)
     # no SWA pool: the full-to-SWA translation is the identity (translate_loc_from_full_to_swa before 0.5.20)
     allocator.translate_swa_indices_for_transfer = allocator.translate_loc_from_full_to_swa = lambda t: t
     # SGLang's own checks of what it hands out (SGLANG_DEBUG_MEMORY_POOL): last_loc agrees with the prefix length
@@ -110,11 +109,17 @@ def _token_allocator(free_pages: tuple[int, ...], page_size: int, kvcache: Any) 
         raise ValueError(f"page_size={page_size}: this release allocates token slots only (page size 1)")
     sort = {"need_sort": True} if "need_sort" in inspect.signature(TokenToKVPoolAllocator).parameters else {}
     allocator: Any = TokenToKVPoolAllocator(max(free_pages, default=0) + 1, torch.int64, "cpu", kvcache, **sort)
+    _hand_out(allocator, free_pages)
+    return allocator
+
+
+def _hand_out(allocator: Any, pages: tuple[int, ...]) -> None:
+    """Make ``allocator`` hand out ``pages`` in that order (state injection): its free list (``free_slots`` to 0.5.x's
+    token allocator, ``free_pages`` after) and an empty release list where it keeps one."""
     setattr(allocator, "free_pages" if hasattr(allocator, "free_pages") else "free_slots",
-            torch.tensor(free_pages, dtype=torch.int64))  # fmt: skip
+            torch.tensor(pages, dtype=torch.int64))  # fmt: skip
     if hasattr(allocator, "release_pages"):
         allocator.release_pages = torch.empty((0,), dtype=torch.int64)
-    return allocator
 
 
 class AllocExtendKernel:
@@ -632,12 +637,8 @@ def _hybrid_swa_pool(
         raise ValueError(f"page_size={ps}: this release's hybrid SWA allocator is token-granular (page size 1)")
     allocator = SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, *paged, torch.int64, "cpu",
                                           kvcache=kvcache, need_sort=True)  # fmt: skip
-    for side, free in ((allocator.full_attn_allocator, free_pages), (allocator.swa_attn_allocator,
-                                                                     swa_free_pages)):  # fmt: skip
-        pool: Any = side
-        setattr(pool, "free_pages" if hasattr(pool, "free_pages") else "free_slots",
-                torch.tensor(free, dtype=torch.int64))  # fmt: skip
-        pool.release_pages = torch.empty((0,), dtype=torch.int64)
+    _hand_out(allocator.full_attn_allocator, free_pages)
+    _hand_out(allocator.swa_attn_allocator, swa_free_pages)
     return kvcache, allocator
 
 
