@@ -41,6 +41,7 @@ from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
 from pdverify.targets.sglang_context import context, published
+from pdverify.targets.sglang_group import one_rank_gloo
 from pdverify.targets.sglang_request import release_request
 
 
@@ -588,7 +589,7 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
     sched.processed_tokens_counter = 0
     sched.enable_metrics = False  # read where a failed bootstrap is counted (0.5.12)
     sched.enable_hicache_storage = False  # read where a failed bootstrap releases its prefetch (0.5.11, 0.5.12)
-    sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = None
+    sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = one_rank_gloo()
     sched.tree_cache = None
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
@@ -598,7 +599,10 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
-            self.gloo_group, self.tp_rank = None, 0  # to 0.5.9: the poll's all-reduce group, the rank it logs
+            self.gloo_group, self.tp_rank = (
+                one_rank_gloo(),
+                0,
+            )  # to 0.5.9: the poll's all-reduce group, the rank it logs
             self.scheduler_stage_metrics = _stage_metrics()
 
     digests: list[tuple[int, ...] | None] = []
@@ -644,14 +648,13 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
             req.extend_range = _extend_range(req.prefix_len, req.extend_end)
             sched.maybe_send_cached_prefix_chunk(req)
         # the bootstrap queue's own pass (pop_bootstrapped: poll, drop a failed request, finalise), polled again
-        # while the request waits for a metadata buffer; one rank, so the poll's all-reduce is the identity
+        # while the request waits for a metadata buffer; the poll's all-reduce runs over a one-rank gloo group
         queue = Queue()
         queue.queue = [req]
         bootstraps: list[bool] = []
-        with _one_rank_polls(prefill):
-            while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
-                buffers.poll()
-                bootstraps.append(bool(queue.pop_bootstrapped()))
+        while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
+            buffers.poll()
+            bootstraps.append(bool(queue.pop_bootstrapped()))
         assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
         # a sender dropped at bootstrap was never initialised: it announced no pages
         trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
@@ -811,18 +814,6 @@ class _BufferPool:  # pragma: no cover - conformance venv
     @property
     def taken(self) -> int:
         return self.freed - len(self.allocator.free_slots)
-
-
-def _one_rank_polls(prefill: Any) -> Any:  # pragma: no cover - conformance venv
-    """The poll's all-reduce over the attention TP/CP group (``poll_and_all_reduce_attn_cp_tp_group``, or
-    ``poll_and_all_reduce`` over the gloo group before 0.5.10) patched in ``prefill`` for the call: over one rank it is
-    the identity, each sender's own ``poll()``."""
-    polls: dict[str, Any] = {
-        name: (lambda pollers, *groups: [int(p.poll()) for p in pollers])
-        for name in ("poll_and_all_reduce", "poll_and_all_reduce_attn_cp_tp_group")
-        if hasattr(prefill, name)
-    }
-    return mock.patch.multiple(prefill, **polls)
 
 
 _SERVER: list[Any] = []
@@ -1091,22 +1082,22 @@ def sglang_bootstrap(case: BootstrapCase, device: str) -> BootstrapTrace:  # pra
             self.scheduler = cast(
                 Any,
                 SimpleNamespace(
-                    token_to_kv_pool_allocator=allocator, attn_cp_cpu_group=None, attn_tp_cpu_group=None,
+                    token_to_kv_pool_allocator=allocator, attn_cp_cpu_group=one_rank_gloo(),
+                    attn_tp_cpu_group=one_rank_gloo(),
                     enable_metrics=False, enable_hicache_storage=False,
                 ),
             )  # fmt: skip
             self.token_to_kv_pool = cast(Any, allocator)  # where 0.5.15 and earlier read the page size
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue = [req]
-            self.gloo_group, self.tp_rank = None, 0
+            self.gloo_group, self.tp_rank = one_rank_gloo(), 0
 
     queue = Queue()
     if hasattr(queue, "finalize_bootstrap"):  # 0.5.13 on
         finalized = bool(queue.finalize_bootstrap(req))
     else:  # 0.5.12 and earlier: the steps inline in pop_bootstrapped, for a request decode is ready to receive
         manager.request_status[case.room] = KVPoll.WaitingForInput
-        with _one_rank_polls(prefill):
-            finalized = req in queue.pop_bootstrapped()
+        finalized = req in queue.pop_bootstrapped()
     return BootstrapTrace(
         finalized,
         int(req.start_send_idx),
