@@ -12,6 +12,7 @@ from pdverify.model.queue import (
     ALLOCATION_POLICIES,
     CLIP_MAX_NEW_TOKENS,
     PRIORITY_ORDERS,
+    RECEIVER_FAILURES,
     DecodeQueueCase,
     QueuedRequest,
 )
@@ -31,8 +32,9 @@ def decode_queues(
 ) -> st.SearchStrategy[DecodeQueueCase]:
     """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a prompt
     of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still waiting for its
-    receiver, aborted (its abort streamed already or not) or live, rebootstrapped or first-time (each of the three
-    rarities switched off for a whole pass half the time: swarm testing); FIFO or priority scheduling (either order,
+    receiver, aborted (its abort streamed already or not) or live, its receiver failed (prefill reported the failure,
+    or the client's abort aborted it) or not, rebootstrapped or first-time (each of the four rarities switched off for
+    a whole pass half the time: swarm testing); FIFO or priority scheduling (either order,
     priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base model or one of
     three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running requests (retractable
     tokens, loaded adapters); a decode headroom; free metadata buffers and request rows from none to one per request;
@@ -42,7 +44,9 @@ def decode_queues(
     before one and that one's charge (its raw length on that path) and headroom, with running requests covering the
     output room; host receive off or on (host pages for the
     prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a host-bound
-    request's prompt and reserve). Within the bound release's input domain: no radix cache before 0.5.11, no rebootstrap
+    request's prompt and reserve). Within the bound release's input domain: no failed receiver where decode raises on
+    one (input feature ``handshake_failure_abort``), no aborted receiver before the scheduler's abort handler aborts
+    one (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap
     before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the
     simplest pass admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the
     simplest pass has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running
@@ -95,6 +99,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
     # drowned by a rarity in one of its k requests
     aborts, waits = c.boolean(lean=True), c.boolean(lean=True)
+    # a KV receiver that failed while its request is queued: prefill reported the failure (every release whose
+    # decode aborts the request rather than raising), or the client's abort aborted the receiver (where the
+    # scheduler's AbortReq handler does that)
+    failures = c.boolean() and DOMAIN.has("handshake_failure_abort")
+    forms = tuple(f for f in RECEIVER_FAILURES if f == "peer" or DOMAIN.has("prealloc_receiver_abort"))
     # the prefill_complete policy changes only what happens to a rebootstrapped request: a pass under it has them on
     rebootstraps = (c.boolean(lean=True) or complete) and DOMAIN.rebootstrap  # 0.5.16 on
     requests = []
@@ -121,6 +130,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
                 rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
                 # lean 3: the second request device-bound, between two host-bound ones
                 host_capable=c.boolean(lean=(1, 2) if i == 1 else True),
+                receiver_failed=c.pick(forms) if failures and c.integer(0, 3) == 3 else None,
                 extra=draw_fields(c),
             )
         )
@@ -252,10 +262,14 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
 
 
 def _reached(case: DecodeQueueCase) -> list[int]:
-    """The requests a pass would reach, in its order: live, bootstrapped and looked at (a boundary counted over
-    requests it passes over lands nowhere)."""
+    """The requests a pass would reach, in its order: live (not aborted, their receiver not failed), bootstrapped and
+    looked at (a boundary counted over requests it passes over lands nowhere)."""
     reqs = case.requests
-    live = [i for i, r in enumerate(reqs) if r.bootstrapped and not r.aborted and (r.checked or not case.restrict)]
+    live = [
+        i
+        for i, r in enumerate(reqs)
+        if r.bootstrapped and not r.aborted and r.receiver_failed is None and (r.checked or not case.restrict)
+    ]
     if case.priority_order is not None:
         sign = 1 if case.priority_order == "low_first" else -1
         live.sort(key=lambda i: reqs[i].priority * sign)
@@ -287,7 +301,11 @@ def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase
     its prompt fits while only the reserve refuses it (a uniform shortfall lands inside the reserve about once in
     ``need`` passes; the generation-only measurement found an admission without the reserve killed on 2 of 3
     seeds). Unchanged where no request is host-bound."""
-    bound = [i for i, r in enumerate(case.requests) if case.to_host(i) and r.bootstrapped and not r.aborted]
+    bound = [
+        i
+        for i, r in enumerate(case.requests)
+        if case.to_host(i) and r.bootstrapped and not r.aborted and r.receiver_failed is None
+    ]
     if not bound:
         return case
     ps = case.page_size

@@ -31,6 +31,11 @@ it sets the largest running request's need (``need_space_for_single_req``) the b
 
 PRIORITY_ORDERS = ("low_first", "high_first")
 """Priority scheduling: lower priority values first (``schedule_low_priority_values_first``) or higher first."""
+RECEIVER_FAILURES = ("peer", "abort")
+"""How a queued request's KV receiver fails before the pass (``QueuedRequest.receiver_failed``): ``"peer"`` - prefill
+reported the transfer failed (the KV manager's status of its room is ``KVPoll.Failed``; the receiver concludes it
+when polled); ``"abort"`` - the client aborted the request while queued, and the scheduler's ``AbortReq`` handler
+aborted its receiver (``kv_receiver.abort()``: its ``conclude_state`` is ``KVPoll.Failed`` at once)."""
 ALLOCATION_POLICIES = ("early", "prefill_complete")
 """``--disaggregation-decode-allocation-policy`` (0.5.22 on; ``"early"`` the default). A release before the flag
 behaves as ``"early"``: it asks prefill to recompute a rebootstrapped request once its destinations are sent."""
@@ -64,6 +69,10 @@ class QueuedRequest:
     """Re-sent after a prefill failure (``is_rebootstrap``, ``pd_rebootstrap_in_progress``)."""
     host_capable: bool = False
     """Its KV receiver can land KV in decode's host memory (``supports_host_destination``)."""
+    receiver_failed: str | None = None
+    """Its KV receiver failed (one of ``RECEIVER_FAILURES``) and reports ``KVPoll.Failed`` when polled; None: it
+    reports ``WaitingForInput`` when ``bootstrapped``, else ``Bootstrapping``. ``bootstrapped`` then says whether an
+    earlier pass saw it ready (``waiting_for_input``)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
@@ -76,6 +85,10 @@ class QueuedRequest:
             raise TypeError(f"lora must be an adapter name or None, got {self.lora!r}")
         if 0 in self.prefix_pages or len(set(self.prefix_pages)) != len(self.prefix_pages):
             raise ValueError(f"prefix_pages={self.prefix_pages} must be distinct pages >= 1")
+        if self.abort_streamed and not self.aborted:
+            raise ValueError("abort_streamed=True needs aborted=True: only an aborted request has a streamed abort")
+        if self.receiver_failed is not None and self.receiver_failed not in RECEIVER_FAILURES:
+            raise ValueError(f"receiver_failed={self.receiver_failed!r} must be None or one of {RECEIVER_FAILURES}")
         if self.output_len > 1 and not self.rebootstrap:
             raise ValueError(
                 f"output_len={self.output_len} must be 0 or 1 for a request that is not rebootstrapped: a first-time "
@@ -247,6 +260,10 @@ class DecodeQueueCase:
             used.append("swa_decode_prefix")
         if self.restrict:
             used.append("rids_to_check")
+        if any(r.receiver_failed is not None for r in self.requests):
+            used.append("handshake_failure_abort")
+        if any(r.receiver_failed == "abort" for r in self.requests):
+            used.append("prealloc_receiver_abort")
         if self.priority_order is not None:
             used.append("priority_scheduling")
         if self.staging:
@@ -336,6 +353,9 @@ class QueueTrace:
     buffers_left: int | None = None
     """Metadata buffers still free after the pass (None: the target does not say; Q4 then fails)."""
     events: tuple[tuple[str, int], ...] = ()
+    aborted_left: tuple[int, ...] | None = None
+    """Requests still queued after the pass with their abort set (``FINISH_ABORT``); None: the target does not say
+    (Q3 then fails)."""
     """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
     (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""
 

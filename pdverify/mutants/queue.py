@@ -318,7 +318,7 @@ def swa_lock_kept(case: DecodeQueueCase, device: str) -> QueueTrace:
 @mutant("XQ27", "decode_queue", "dropped report", "a request failed for its SWA tail is not streamed to the client")
 def swa_not_streamed(case: DecodeQueueCase, device: str) -> QueueTrace:
     trace = PreallocPass(case, device).run()
-    aborted = {i for i in trace.failed if case.requests[i].aborted}
+    aborted = {i for i in trace.failed if case.requests[i].aborted or case.requests[i].receiver_failed}
     return replace(trace, streamed=tuple(i for i in trace.streamed if i in aborted))
 
 
@@ -376,3 +376,41 @@ class _HeadroomNotReserved(PreallocPass):
 @mutant("XQ32", "decode_queue", "missing term", "the budget re-read keeps back no headroom for the requests admitted")
 def headroom_not_reserved(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _HeadroomNotReserved(case, device).run()
+
+
+class _ReceiversNotPolled(PreallocPass):
+    def poll_receivers(self) -> None:
+        pass
+
+
+@mutant(
+    "XQ33", "decode_queue", "missing poll", "a failed KV receiver is never polled: its request is admitted as ready"
+)
+def receivers_not_polled(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _ReceiversNotPolled(case, device).run()
+
+
+class _PollSkippedWhenReady(PreallocPass):
+    def poll_receivers(self) -> None:
+        if not all(self.case.requests[i].bootstrapped for i in self.queue):
+            super().poll_receivers()
+
+
+@mutant(
+    "XQ34",
+    "decode_queue",
+    "early return",
+    "the receivers are not polled while every queued one is ready (#37483's form)",
+)
+def poll_skipped_when_ready(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PollSkippedWhenReady(case, device).run()
+
+
+class _PollIgnoresRidsToCheck(PreallocPass):
+    def poll_receivers(self) -> None:
+        self.aborted.update(i for i in self.queue if self.case.requests[i].receiver_failed is not None)
+
+
+@mutant("XQ35", "decode_queue", "missing guard", "a failed receiver outside rids_to_check aborts its request")
+def poll_ignores_rids_to_check(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PollIgnoresRidsToCheck(case, device).run()

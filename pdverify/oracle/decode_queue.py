@@ -1,27 +1,30 @@
 """Oracle of one pass of decode's pre-allocation queue (``pop_preallocated``), from its contract, in plain Python.
 
-The contract (sglang 0.5.23): the pass looks at the queue in its order - priority order when priority scheduling is
-on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. Every aborted request it looks
-at fails: it leaves the queue, its receiver is released, and its abort is streamed unless it already was. It then
-admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would
-not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at the first request
-that finds no free metadata buffer, no free request row, or a token budget short of its need: ``max(its fresh KV
-pages' tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable
-tokens)``. A request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix is held already; a
-rebootstrapped request matches none, and holds and receives its outputs too). Each device admission takes its fresh
-pages' tokens from the budget, and the reserve grows by its headroom: the budget keeps back ``max(headroom x
-(running + admitted), the largest running request's min(max_new_tokens, clip) + its tokens - retractable tokens)``.
-Before the budget was re-read after each admission (``budget_reread=False``: the pass read it once, to
-0.5.10.post1), each device admission took its fresh pages' tokens and its headroom from it outright. With the device
-pool's usage at or past the host-receive threshold (below 1), a host-capable request that is not rebootstrapped goes
-to host memory instead, before the row and budget checks: it is admitted when the host pool has its prompt's pages
-plus the host reserve free, and the pass stops otherwise; it takes host pages, a metadata buffer, and no row or
-device budget. With a hybrid SWA pool, a request that fits the budget also needs the SWA budget for its window tail
-- ``max(its tail's pages' tokens + the headroom (none with the radix cache off), its tail + min(max_new_tokens,
-clip) - the running requests' SWA tails)``; short of it the pass stops - and each admission takes its tail's pages'
-tokens and headroom from that budget. Then it needs SWA pages for the tail: when the SWA buffer cannot hold them it
-fails (aborted, streamed, released, its radix lock too) and the pass goes on. The queue keeps the rest, in order.
-Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
+The contract (sglang 0.5.23): the pass first polls every queued request's KV receiver; a request it looks at whose
+receiver has failed (prefill reported the failure, or the client's abort aborted the receiver) is aborted, whether or
+not the other queued receivers are ready ("Receiver polling observes asynchronous failures while KV allocation is
+blocked", ``_update_handshake_waiters``). The pass looks at the queue in its order - priority order when priority
+scheduling is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. Every aborted request
+it looks at fails: it leaves the queue, its receiver is released, and its abort is streamed unless it already was. It
+then admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would
+not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at the first request that
+finds no free metadata buffer, no free request row, or a token budget short of its need: ``max(its fresh KV pages'
+tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable tokens)``. A
+request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix is held already; a rebootstrapped
+request matches none, and holds and receives its outputs too). Each device admission takes its fresh pages' tokens from
+the budget, and the reserve grows by its headroom: the budget keeps back ``max(headroom x (running + admitted), the
+largest running request's min(max_new_tokens, clip) + its tokens - retractable tokens)``. Before the budget was re-read
+after each admission (``budget_reread=False``: the pass read it once, to 0.5.10.post1), each device admission took its
+fresh pages' tokens and its headroom from it outright. With the device pool's usage at or past the host-receive
+threshold (below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
+budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass stops
+otherwise; it takes host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a request that
+fits the budget also needs the SWA budget for its window tail - ``max(its tail's pages' tokens + the headroom (none with
+the radix cache off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``; short of it the pass
+stops - and each admission takes its tail's pages' tokens and headroom from that budget. Then it needs SWA pages for the
+tail: when the SWA buffer cannot hold them it fails (aborted, streamed, released, its radix lock too) and the pass goes
+on. The queue keeps the rest, in order. Afterwards exactly the admitted requests with a matched prefix hold a radix
+lock.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class ExpectedPass:
     remaining: list[int]
     streamed: list[int]
     locked: list[int]
+    aborted_left: list[int]
+    """Requests left queued with their abort set: aborted before the pass and not looked at (a pass aborts only
+    the requests it looks at: a failed receiver outside ``rids_to_check`` leaves its request as it was)."""
 
 
 def expected_pass(
@@ -53,8 +59,10 @@ def expected_pass(
     elif case.priority_order == "high_first":
         order.sort(key=lambda i: -reqs[i].priority)
     looked_at = [i for i in order if reqs[i].checked or not case.restrict]
-    failed = [i for i in looked_at if reqs[i].aborted]
-    streamed = [i for i in failed if not reqs[i].abort_streamed]
+    # the handshake: a failed receiver the pass looks at aborts its request (a fresh abort, not yet streamed)
+    aborted = [reqs[i].aborted or reqs[i].receiver_failed is not None for i in range(len(reqs))]
+    failed = [i for i in looked_at if aborted[i]]
+    streamed = [i for i in failed if not (reqs[i].aborted and reqs[i].abort_streamed)]
 
     loaded = {lora for _, lora in case.running}
     retractable = 0
@@ -83,7 +91,7 @@ def expected_pass(
     on_host = 0
     for i in looked_at:
         r = reqs[i]
-        if r.aborted or not r.bootstrapped:
+        if aborted[i] or not r.bootstrapped:
             continue
         if buffers == 0:
             break
@@ -132,4 +140,5 @@ def expected_pass(
         loaded.add(r.lora)
     gone = set(admitted) | set(failed)
     locked = [i for i in admitted if case.radix and reqs[i].prefix_pages and not reqs[i].rebootstrap]
-    return ExpectedPass(admitted, failed, [i for i in order if i not in gone], streamed, locked)
+    remaining = [i for i in order if i not in gone]
+    return ExpectedPass(admitted, failed, remaining, streamed, locked, [i for i in remaining if reqs[i].aborted])

@@ -1,7 +1,9 @@
 """One pass of decode's pre-allocation queue (``DecodePreallocQueue.pop_preallocated``), ported from sglang 0.5.23
 (decode radix cache with device prefixes; HiCache host hits are the one-request port's).
 
-The pass sorts the queue by priority (when priority scheduling is on), fails the aborted requests it looks at,
+The pass polls every queued KV receiver first (``_update_handshake_waiters``): a request it looks at whose receiver
+failed is aborted. It sorts the queue by priority (when priority scheduling is on), fails the aborted requests it
+looks at,
 then admits in queue order: a request still bootstrapping is passed over, one whose LoRA adapter does not fit is
 passed over, and the pass stops at the first request without a metadata buffer, a request row or the token
 budget for ``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check
@@ -58,8 +60,16 @@ class PreallocPass:
         self.locks: set[int] = set()
         self.streamed: list[int] = []
         self.cleared: list[int] = []
+        self.aborted = {i for i, r in enumerate(case.requests) if r.aborted}
 
     # -- the steps -------------------------------------------------------------------------------------------
+
+    def poll_receivers(self) -> None:
+        """``_update_handshake_waiters``: every queued receiver is polled; a failed one the pass looks at aborts its
+        request (``prepare_abort``, 500) - a fresh abort, streamed by the abort scan."""
+        for i in self.queue:
+            if self.looked_at(i) and self.case.requests[i].receiver_failed is not None:
+                self.aborted.add(i)
 
     def sort_queue(self) -> None:
         order = self.case.priority_order
@@ -74,8 +84,8 @@ class PreallocPass:
         failed = []
         for i in self.queue:
             req = self.case.requests[i]
-            if self.looked_at(i) and req.aborted:
-                if not req.abort_streamed:
+            if self.looked_at(i) and i in self.aborted:
+                if not (req.aborted and req.abort_streamed):
                     self.streamed.append(i)
                 self.cleared.append(i)
                 failed.append(i)
@@ -243,6 +253,7 @@ class PreallocPass:
         return Admission(i, pages, str(dest.dtype), aux, row, tuple(locations), prefix, host)
 
     def run(self) -> QueueTrace:
+        self.poll_receivers()
         self.sort_queue()
         failed = self.fail_aborted()
         self.removed.update(failed)
@@ -270,6 +281,7 @@ class PreallocPass:
             rows_left=len(self.free_rows),
             buffers_left=len(self.free_buffers),
             events=tuple(self.events),
+            aborted_left=tuple(i for i in self.queue if i not in self.removed and i in self.aborted),
         )
 
 

@@ -216,6 +216,16 @@ FROM_RIDS_TO_CHECK = Contract(
     "decode's pre-allocation pass given rids_to_check (the decode PP event loop, #14945), first in sglang 0.5.7",
     "0.5.7",
 )
+FROM_HANDSHAKE_FAILURE_ABORT = Contract(
+    "decode aborts a request whose KV receiver failed (prepare_abort, 500) where it raised 'Handshake failed' "
+    "(#6504), first in sglang 0.4.6.post5",
+    "0.4.6.post5",
+)
+FROM_PREALLOC_RECEIVER_ABORT = Contract(
+    "the scheduler's AbortReq handler aborts a pre-allocation-queued request's KV receiver (#8352), first in "
+    "sglang 0.4.9.post5",
+    "0.4.9.post5",
+)
 FROM_PRIORITY_SCHEDULING = Contract(
     "priority scheduling (--enable-priority-scheduling, #8746), first in sglang 0.5.3", "0.5.3"
 )
@@ -306,6 +316,8 @@ FEATURES: dict[str, Contract] = {
     "dsv4_draft_state": FROM_DSV4_DRAFT_STATE,
     "dcp_prefill": FROM_DCP_PREFILL,
     "rids_to_check": FROM_RIDS_TO_CHECK,
+    "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
+    "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
     "staging_buffer": FROM_STAGING_BUFFER,
     "dp_rank_query": FROM_DP_RANK_QUERY,

@@ -1,8 +1,9 @@
 """Decode's pre-allocation queue (``pop_preallocated`` over several requests): who is admitted, who fails, what
 stays queued, and what each admitted request registers with prefill.
 
-Q1-Q3 compare one pass against the oracle (``pdverify.oracle.decode_queue``): aborted requests fail, are released
-and streamed once; admission is first come first served in queue (or priority) order, passes over requests
+Q1-Q3 compare one pass against the oracle (``pdverify.oracle.decode_queue``): aborted requests, and requests whose KV
+receiver failed (the release's own ``_update_handshake_waiters`` polls the receivers), fail, are released and
+streamed once; admission is first come first served in queue (or priority) order, passes over requests
 still bootstrapping or whose LoRA adapter does not fit, and stops at the first request without a metadata buffer,
 a request row or the token budget; the queue keeps the rest in order. Q4 checks the admitted requests' resources
 on their own: every destination list names exactly the pages the request was given, no page twice across
@@ -105,6 +106,20 @@ EXAMPLES = [
         host_free_pages=(30, 31),
         host_reserved_tokens=4,
     ),
+    # every queued receiver ready, and prefill has reported the first one's transfer failed: the pass polls anyway,
+    # aborts it (500, streamed, receiver released) and admits the second ("Receiver polling observes asynchronous
+    # failures while KV allocation is blocked", _update_handshake_waiters)
+    _queue(R(6, receiver_failed="peer"), R(5)),
+    # the same with KV allocation blocked (no metadata buffer free): the failed request fails now, the other waits
+    _queue(R(6, receiver_failed="peer"), R(5), metadata_buffers=0),
+    # the client aborted the second request while queued (its receiver aborted), every receiver ready
+    _queue(R(5), R(6, receiver_failed="abort")),
+    _queue(R(5), R(6, receiver_failed="abort"), metadata_buffers=0),
+    # with the radix cache and one request row: the failed request fails, the next takes the row and keeps its lock
+    _queue(R(6, receiver_failed="peer"), R(9, prefix_pages=(90, 91)), radix=True, request_rows=1),
+    _queue(R(6, receiver_failed="abort"), R(9, prefix_pages=(90, 91)), radix=True, request_rows=1),
+    # rids_to_check: a failed receiver outside it is left alone (its request stays queued), one inside fails
+    _queue(R(5, receiver_failed="peer", checked=False), R(6, receiver_failed="peer"), R(7), restrict=True),
     # rids_to_check: the unchecked aborted request is left alone, the unchecked live one is not admitted
     _queue(
         R(5, aborted=True, checked=False),
@@ -119,6 +134,8 @@ EXAMPLES = [
 def _events(case: DecodeQueueCase, trace: QueueTrace) -> None:
     if trace.failed:
         note_event("aborted requests failed")
+    if any(r.receiver_failed for r in case.requests):
+        note_event("a KV receiver failed")
     if len(trace.admitted) < sum(1 for r in case.requests if r.bootstrapped and not r.aborted):
         note_event("admission stopped or passed over a request")
     if case.priority_order:
@@ -165,8 +182,9 @@ def _pass(target: Target, device: str, case: DecodeQueueCase) -> QueueTrace:
 @prop(
     "Q1",
     "aborted requests the pass looks at fail: they leave the queue, their receiver is released, their abort is "
-    "streamed unless it already was; so does a request whose SWA tail finds no room in a hybrid SWA pool (503, "
-    "streamed); no other request fails",
+    "streamed unless it already was; so does a request whose KV receiver failed (prefill reported the failure, or "
+    "the client's abort aborted the receiver: aborted with 500), whatever the other queued receivers' states, and "
+    "one whose SWA tail finds no room in a hybrid SWA pool (503, streamed); no other request fails",
     needs=NEEDS,
     case=decode_queues(),
 )
@@ -209,8 +227,9 @@ def test_q2_admission_order_and_stops(target: Target, device: str, case: DecodeQ
 @examples("case", EXAMPLES)
 @prop(
     "Q3",
-    "the queue after the pass holds every request neither admitted nor failed, in the pass's order",
-    clauses=BUDGET_CLAUSES,
+    "the queue after the pass holds every request neither admitted nor failed, in the pass's order, and aborts none "
+    "of them (a failed receiver outside rids_to_check leaves its request as it was)",
+    clauses=(*BUDGET_CLAUSES, Clause("aborts_left", title="no request left queued is aborted by the pass")),
     needs=NEEDS,
     case=decode_queues(),
 )
@@ -222,6 +241,14 @@ def test_q3_queue_keeps_the_rest(target: Target, device: str, case: DecodeQueueC
             assert list(trace.remaining) == want.remaining, (
                 f"queue after the pass {_names(case, trace.remaining)}, expected {_names(case, want.remaining)}"
             )
+    if not applies("aborts_left"):
+        return
+    want = _want(case)  # which requests a pass aborts does not depend on the budget's form
+    assert trace.aborted_left is not None, "the target does not report the aborts left queued (aborted_left)"
+    assert sorted(trace.aborted_left) == sorted(want.aborted_left), (
+        f"requests left queued with an abort {_names(case, sorted(trace.aborted_left))}, expected "
+        f"{_names(case, sorted(want.aborted_left))} (a pass aborts only the requests it looks at)"
+    )
 
 
 @examples("case", EXAMPLES)

@@ -6,8 +6,10 @@ Runs, unmodified: ``pop_preallocated`` with its inline state payload closures, `
 the real ``DecodeReqToTokenPool``, ``_required_alloc_tokens``, ``_required_admission_tokens``,
 ``_prealloc_reservation_fits``, ``_rebootstrap_prefill_len``, ``_pre_alloc_fill_len``, the HiCache mixin's
 ``_hicache_pending_restore_tokens`` and ``_start_hicache_prefetch``, ``_send_kv_metadata`` and
-``_transfer_page_indices``, over SGLang's own ``Req`` (``sglang_request.release_request``). Overridden on a subclass
-whose ``__init__`` is skipped: the handshake (``_resolve_pending_reqs``, ``_update_handshake_waiters``), the budget
+``_transfer_page_indices``, and the handshake's ``_update_handshake_waiters`` with ``poll_and_all_reduce`` over a
+one-rank gloo group (``sglang_group``; the receivers poll as the case says), over SGLang's own ``Req``
+(``sglang_request.release_request``). Overridden on a subclass whose ``__init__`` is skipped: the prefill DP rank
+resolution (``_resolve_pending_reqs``: nothing is pending), the budget
 (``_allocatable_token_budgets``: ample for one request, the case's budget for a queue) and, for one request, the
 radix match (``_match_prefix_and_lock`` returns the ``DecodePrefixMatch`` of the case: its L1 prefix locations and
 an L2 host hit whose restore is pending). ``decode.get_disagg`` is patched for the call only.
@@ -32,6 +34,7 @@ from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.protocol import ServerRefuses
 from pdverify.targets.sglang_context import published
+from pdverify.targets.sglang_group import one_rank_gloo
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
 from pdverify.targets.sglang_request import kv_book, release_request
 
@@ -182,9 +185,12 @@ def _cpu_alloc_extend() -> Any:
     return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
 
 
-def _queue_base() -> Any:
-    """``DecodePreallocQueue`` with ``__init__`` skipped and the handshake (prefill DP rank resolution and
-    bootstrap polling, which need live connections) a no-op; the budget is ample unless a driver overrides it."""
+def _queue_base(*, handshake: bool = False) -> Any:
+    """``DecodePreallocQueue`` with ``__init__`` skipped; the budget is ample unless a driver overrides it. The prefill
+    DP rank resolution (``_resolve_pending_reqs``: HTTP queries to prefill's bootstrap server) is a no-op: the queue
+    holds no pending request. ``handshake``: the release's own ``_update_handshake_waiters`` polls the queued
+    receivers and reduces the polls over a one-rank gloo group (``sglang_group.one_rank_gloo``); else it is a no-op
+    too (the inline units, whose input is a given table)."""
     from sglang.srt.disaggregation import decode
 
     class Queue(decode.DecodePreallocQueue):  # type: ignore[misc, unused-ignore]
@@ -199,11 +205,9 @@ def _queue_base() -> Any:
                 Any, SimpleNamespace(maybe_hand_to_session=lambda r: None, supports_mamba=lambda: False)
             )
             self.transfer_backend = cast(Any, None)
+            self.gloo_group, self.tp_rank = one_rank_gloo(), 0
 
         def _resolve_pending_reqs(self) -> None:
-            pass
-
-        def _update_handshake_waiters(self, *args: Any) -> None:
             pass
 
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
@@ -213,6 +217,13 @@ def _queue_base() -> Any:
             """The budget's name to 0.5.11: whatever ``_allocatable_token_budgets`` a driver gives."""
             return int(self._allocatable_token_budgets(*args, **kw))
 
+    if not handshake:
+
+        class Unpolled(Queue):  # type: ignore[misc, unused-ignore]
+            def _update_handshake_waiters(self, *args: Any) -> None:
+                pass
+
+        return Unpolled
     return Queue
 
 
@@ -235,6 +246,9 @@ def _scheduler(running: list[Any], **settings: Any) -> Any:
         "sliding_window_size": None,
         "tp_worker": SimpleNamespace(is_hybrid_swa=False),
         "last_batch": None,
+        # a failed handshake counts it when metrics are on (enable_metrics to 0.5.19, metrics_reporter after)
+        "enable_metrics": False,
+        "metrics_reporter": SimpleNamespace(enable_metrics=False, current_scheduler_metrics_enabled=False),
     }
     return SimpleNamespace(**{**fields, **settings})
 
@@ -383,6 +397,11 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     class Receiver:
         supports_host_destination = False
+        conclude_state = None
+
+        def poll(self) -> int:
+            """Ready: the request waits for its destinations (``waiting_for_input``)."""
+            return int(decode.KVPoll.WaitingForInput)
 
         def send_metadata(self, pages: Any, aux: Any, state: Any, decode_prefix_len: Any = None, **kw: Any) -> None:
             if not lists:  # one payload, the pool's (or None), before the state lists: as a list per state type
@@ -396,7 +415,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     real_tree = _real_tree_answers(decode, case)
 
-    class Queue(_queue_base()):  # type: ignore[misc]
+    class Queue(_queue_base(handshake=True)):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
             if real_tree:  # the release's own match, on SGLang's tree
                 return decode.DecodePreallocQueue._match_prefix_and_lock(self, req)
@@ -715,7 +734,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     constant to start at the case's budget - ``_release_budget``). Stand-ins: the SWA budget
     (``_swa_tail_allocatable_token_budget``: the case's SWA budget less the SWA pages and headroom this pass
     committed), the radix match (``_match_prefix_and_lock``: the request's prefix pages, locked in a lock book whose
-    ``unlock`` the real code calls), the output streamer and the KV receivers (they record).
+    ``unlock`` the real code calls), the output streamer and the KV receivers (they poll as the case says - the
+    release's own ``_update_handshake_waiters`` polls them and reduces the polls over a one-rank gloo group - and
+    record what they are sent).
     """
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
@@ -743,11 +764,29 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     events: list[tuple[str, int]] = []
 
     class Receiver:
+        """The request's KV receiver (a stand-in: a live one needs prefill): it polls as the case says - ``Failed``
+        once it has failed (an aborted receiver has concluded so already: ``abort()`` sets ``conclude_state``; a
+        failure prefill reported is concluded by the poll), else ready or still bootstrapping - and records what
+        the queue sends it."""
+
         require_staging = case.staging
 
         def __init__(self, rid: str) -> None:
             self.rid = rid
-            self.supports_host_destination = case.requests[int(rid[1:])].host_capable
+            request = case.requests[int(rid[1:])]
+            self.supports_host_destination = request.host_capable
+            self.failed, self.ready = request.receiver_failed, request.bootstrapped
+            self.conclude_state = decode.KVPoll.Failed if self.failed == "abort" else None
+
+        def poll(self) -> int:
+            if self.failed is not None:
+                self.conclude_state = decode.KVPoll.Failed
+                return int(decode.KVPoll.Failed)
+            return int(decode.KVPoll.WaitingForInput if self.ready else decode.KVPoll.Bootstrapping)
+
+        def failure_exception(self) -> None:
+            reason = "Aborted by AbortReq." if self.failed == "abort" else "prefill reported the transfer failed"
+            raise RuntimeError(f"room of {self.rid}: {reason}")
 
         def send_metadata(
             self, pages: Any, aux: Any, state: Any = None, decode_prefix_len: Any = None, **kw: Any
@@ -824,7 +863,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
     shift: list[int] = []
 
-    class Queue(_queue_base()):  # type: ignore[misc]
+    class Queue(_queue_base(handshake=True)):  # type: ignore[misc]
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
             """The release's own full-side budget (``_allocatable_token_budgets``, ``_allocatable_tokens`` to
             0.5.11) - the free pool less the decode headroom of the active requests and of those this pass admitted
@@ -898,7 +937,6 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             is_hybrid_swa=case.swa_free_pages is not None, is_hybrid=case.swa_free_pages is not None
         ),
         pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
-        metrics_reporter=SimpleNamespace(current_scheduler_metrics_enabled=False),
     )
     q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
     q.req_to_token_pool = req_pool
@@ -983,4 +1021,5 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         rows_left=int(req_pool.available_size()),
         buffers_left=int(q.req_to_metadata_buffer_idx_allocator.available_size()),
         events=tuple(events),
+        aborted_left=tuple(index(d.req.rid) for d in q.queue if isinstance(d.req.finished_reason, FINISH_ABORT)),
     )
