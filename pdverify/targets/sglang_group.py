@@ -17,9 +17,18 @@ from typing import Any
 
 @functools.cache
 def one_rank_gloo() -> Any:  # pragma: no cover - conformance venv
-    """A gloo process group whose only rank is this process (over an in-memory store)."""
+    """A ``ProcessGroup`` whose only rank is this process, with a gloo backend for the CPU (over an in-memory store):
+    what SGLang's annotations ask for (``gloo_group: dist.ProcessGroup``), built as ``torch.distributed`` builds a
+    group, with no default group set."""
     from datetime import timedelta
 
-    from torch._C._distributed_c10d import HashStore, ProcessGroupGloo
+    import torch
+    from torch._C._distributed_c10d import HashStore, ProcessGroup, ProcessGroupGloo
 
-    return ProcessGroupGloo(HashStore(), 0, 1, timedelta(seconds=60))
+    store = HashStore()
+    group = ProcessGroup(store, 0, 1)
+    group._set_default_backend(ProcessGroup.BackendType.GLOO)
+    group._register_backend(
+        torch.device("cpu"), ProcessGroup.BackendType.GLOO, ProcessGroupGloo(store, 0, 1, timedelta(seconds=60))
+    )
+    return group
