@@ -181,7 +181,13 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     got, budget, ps = int(q4.group(1)), int(q4.group(2)), int(kwargs["case"].page_size)
     if not _budget_read_once():
         return 0 < got - budget < ps
-    passes = [_defective_queue_pass(kwargs["case"], raw_fill=True, lora_gate=g) for g in (True, False)]  # T11 too
+    # T11 too, and T23/T24's unpolled failed receivers (a request admitted that should have failed)
+    skips = (False, True) if _release_before("0.5.20") and not _release_before("0.4.6.post5") else (False,)
+    passes = [
+        _defective_queue_pass(kwargs["case"], raw_fill=True, lora_gate=g, skip_ready_polls=skip)
+        for g in (True, False)
+        for skip in skips
+    ]
     return got > budget and any(
         sum(len({loc // ps for loc in t}) * ps for t in p.allocated) == got for p in passes if p is not None
     )
@@ -728,6 +734,7 @@ def _defective_queue_pass(
     read_once: bool | None = None,
     abort_scan: bool | None = None,
     retract_check: bool | None = None,
+    skip_ready_polls: bool = False,
 ) -> Any:
     """The pass as a release with some of the queue's defects makes it, None where it crashes: without the LoRA gate
     (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3),
@@ -735,7 +742,10 @@ def _defective_queue_pass(
     with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14); without the abort scan
     (T18: aborted requests admitted like live ones), without the check that the running requests can still finish
     (T19). ``read_once``: the budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom
-    taken from it). Unset, ``read_once``, ``abort_scan`` and ``retract_check`` are those of the release under check:
+    taken from it). ``skip_ready_polls``: the receivers not polled while every queued one is ready (T23, T24; from
+    0.5.13 only while none has concluded its own abort, #25561) - off unless asked for, so that only T23's and T24's
+    explanations (and T3's budget overshoot, which counts what the pass allocated) replay it. Unset, ``read_once``,
+    ``abort_scan`` and ``retract_check`` are those of the release under check:
     the budget read once to 0.5.10.post1, no abort scan to 0.4.6.post4, no retractable-token check to 0.4.7."""
     from pdverify.model.queue import CLIP_MAX_NEW_TOKENS
     from pdverify.production.decode_queue import PreallocPass
@@ -745,8 +755,16 @@ def _defective_queue_pass(
     retract_check = not _release_before("0.4.7.post1") if retract_check is None else retract_check
     headroom_always = _release_before("0.5.14")
 
+    concluded_polls = not _release_before("0.5.13")
+
     class Defective(PreallocPass):
         charged = 0
+
+        def poll_receivers(self) -> None:
+            reqs = self.case.requests
+            aborted_receiver = concluded_polls and any(r.receiver_failed == "abort" for r in reqs)
+            if not (skip_ready_polls and all(r.bootstrapped for r in reqs) and not aborted_receiver):
+                super().poll_receivers()
 
         def fail_aborted(self) -> list[int]:
             return super().fail_aborted() if abort_scan else []
@@ -850,11 +868,13 @@ def _t12_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _t16_shows(kwargs: Mapping[str, Any]) -> bool:
-    """Q1 with a request aborted while queued (one the pass looks at)."""
+    """Q1 with a request aborted while queued, or whose receiver failed (one the pass looks at)."""
     from pdverify.model.queue import DecodeQueueCase
 
     case = kwargs.get("case")
-    return isinstance(case, DecodeQueueCase) and any(r.aborted and r.checked for r in case.requests)
+    return isinstance(case, DecodeQueueCase) and any(
+        (r.aborted or r.receiver_failed is not None) and r.checked for r in case.requests
+    )
 
 
 def _t16_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -865,7 +885,8 @@ def _t16_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return False
     case = kwargs["case"]
     got, want = ([int(n) for n in re.findall(r"#(\d+)", g)] for g in m.groups())
-    return got != want and sorted(got) == sorted(i for i in want if not case.requests[i].aborted)
+    aborted = [r.aborted or r.receiver_failed is not None for r in case.requests]  # by the handshake too
+    return got != want and sorted(got) == sorted(i for i in want if not aborted[i])
 
 
 def _t17_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -944,6 +965,51 @@ def _queue_defect_explains(kwargs: Mapping[str, Any], message: str, fixed_by: st
     present = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: False})
     fixed = _defective_queue_pass(case, lora_gate=False, raw_fill=True, **{fixed_by: True})
     return _pass_shows(present, field, got) and not _pass_shows(fixed, field, got)
+
+
+def _unpolled_failure(kwargs: Mapping[str, Any], form: str) -> bool:
+    """A queue pass in which every queued receiver is ready and one the pass looks at has failed in ``form``
+    (``QueuedRequest.receiver_failed``); from 0.5.13 (#25561) a receiver aborted by the client makes the pass poll."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase) or not all(r.bootstrapped for r in case.requests):
+        return False
+    if form == "peer" and not _release_before("0.5.13") and any(r.receiver_failed == "abort" for r in case.requests):
+        return False
+    return any(r.receiver_failed == form and (r.checked or not case.restrict) for r in case.requests)
+
+
+def _t23_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A pass with every queued receiver ready and one the client's abort aborted (T23)."""
+    return _unpolled_failure(kwargs, "abort")
+
+
+def _t24_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A pass with every queued receiver ready and one whose failure prefill reported (T24)."""
+    return _unpolled_failure(kwargs, "peer")
+
+
+def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) exactly as the pass that does not poll while
+    every queued receiver is ready makes it - alone or with the release's other queue defects (raw fill lengths: T3;
+    no LoRA gate: T11; arrival order: T17 on 0.5.11) - and not as the same pass with the polling makes it."""
+    from dataclasses import replace
+
+    shown = _pass_message(message)
+    if shown is None:
+        return False
+    case = kwargs["case"]
+    cases = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+    for variant in cases:
+        for gate in (True, False):
+            for raw in (False, True):
+                kw: dict[str, Any] = {"lora_gate": gate, "raw_fill": raw}
+                skipped = _defective_queue_pass(variant, skip_ready_polls=True, **kw)
+                polled = _defective_queue_pass(variant, skip_ready_polls=False, **kw)
+                if _pass_shows(skipped, *shown) and not _pass_shows(polled, *shown):
+                    return True
+    return False
 
 
 def _t18_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -1087,6 +1153,35 @@ metadata (T15)."""
 T3_RELEASES = (*QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :], *QUEUE_READ_ONCE, *QUEUE_EARLY, *T3_LATE)
 """T3's releases: from 0.4.5.post2, paged allocation's first (#5561: the first page size above 1), to 0.5.21."""
 
+
+def _unpolled_failure_defect(
+    fid: str, releases: tuple[str, ...], what: str, shows: Callable[[Mapping[str, Any]], bool]
+) -> KnownDefect:
+    """T23 or T24: decode's pre-allocation does not poll its KV receivers while every queued one is ready, and a failed
+    receiver's request (``what``) goes on as a live one; Q1 sees it not failed, Q2 admitted, Q3 left queued, Q5 (with
+    the decode radix cache, from 0.5.11) take a row a request with a locked prefix needed."""
+    return KnownDefect(
+        fid,
+        "Q1",
+        "sglang",
+        releases,
+        f"decode's pre-allocation does not poll its KV receivers while every queued one is ready: {what}",
+        shows,
+        _unpolled_explains,
+        also=("Q2", "Q3", "Q5"),
+        narrower=(("Q5", releases[releases.index("0.5.11") :]),),
+    )
+
+
+QUEUE_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19")
+"""Every release the queue driver reaches to 0.5.19, oldest first."""
+
+T24_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.6.post5") :]
+"""T24's releases: from 0.4.6.post5 (a failed receiver aborts its request, #6504) to 0.5.19 (fixed in 0.5.20)."""
+
+T23_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.9.post5") : QUEUE_RELEASES.index("0.5.13")]
+"""T23's releases: from 0.4.9.post5 (the abort handler aborts a queued request's receiver) to 0.5.12.post1."""
+
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
@@ -1215,6 +1310,22 @@ KNOWN: dict[str, KnownDefect] = {
             "0.5.14, upstream #28022)",
             _t16_shows,
             _t16_explains,
+        ),
+        _unpolled_failure_defect(
+            "T23",
+            T23_RELEASES,
+            "a request the client aborted while queued (the abort handler aborts its receiver) is not failed - it is "
+            "pre-allocated and its destinations published like a live one, or, with KV allocation blocked, it stays "
+            "queued and its abort waits until the transfer (fixed in 0.5.13, upstream #25561)",
+            _t23_shows,
+        ),
+        _unpolled_failure_defect(
+            "T24",
+            T24_RELEASES,
+            "(from 0.5.13: and none has been aborted) a request whose transfer prefill reported failed is not failed "
+            "- it is pre-allocated and its destinations published to the failed peer, or, with KV allocation "
+            "blocked, it stays queued, until the transfer phase rejects it (fixed in 0.5.20, upstream #37483)",
+            _t24_shows,
         ),
         KnownDefect(
             "T15",

@@ -552,6 +552,39 @@ def test_t19_is_admission_without_the_room_to_finish() -> None:
     _bound("0.4.7", check)
 
 
+def test_t23_t24_are_failed_receivers_not_polled() -> None:
+    """T23 (0.4.9.post5-0.5.12.post1) and T24 (0.4.6.post5-0.5.19): the receivers are not polled while every queued
+    one is ready, so a failed one's request is admitted (or left queued); T24's signature leaves out, from 0.5.13, a
+    queue with an aborted receiver (#25561 polls then), and only the pass without the polling explains."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t23, t24 = KNOWN["T23"], KNOWN["T24"]
+    assert (t23.releases[0], t23.releases[-1]) == ("0.4.9.post5", "0.5.12.post1")
+    assert (t24.releases[0], t24.releases[-1]) == ("0.4.6.post5", "0.5.19")
+    r = QueuedRequest
+    peer = DecodeQueueCase(page_size=4, requests=(r(6, receiver_failed="peer"), r(5)), free_pages=tuple(range(1, 17)),
+                           metadata_buffers=2, request_rows=2, token_budget=64)  # fmt: skip
+    both = replace(peer, requests=(r(6, receiver_failed="peer"), r(5, receiver_failed="abort")))
+    waiting = replace(peer, requests=(r(6, receiver_failed="peer"), r(5, bootstrapped=False)))
+    assert t24.shows({"case": peer}) and not t23.shows({"case": peer}) and not t24.shows({"case": waiting})
+
+    def old() -> None:
+        assert t23.shows({"case": both}) and t24.shows({"case": both})
+        assert t24.explanation("Q1")({"case": peer}, "failed none, expected #0")
+        tail = "(buffers 2, rows 2, budget 64 tokens)"
+        assert t24.explanation("Q2")({"case": peer}, f"admitted #0, #1, expected #1 {tail}")
+        assert not t24.explanation("Q2")({"case": peer}, f"admitted #0, expected #1 {tail}")
+        # polled anyway (a receiver still bootstrapping): the pass without the polling fails #0 too
+        assert not t24.explanation("Q1")({"case": waiting}, "failed none, expected #0")
+
+    def late() -> None:
+        assert t23.shows({"case": both}) and not t24.shows({"case": both}), "the aborted receiver makes 0.5.13 poll"
+        assert t24.explanation("Q1")({"case": peer}, "failed none, expected #0")
+
+    _bound("0.5.12", old)
+    _bound("0.5.13", late)
+
+
 def _checksum(**kw: Any) -> Any:
     from pdverify.model.checksum import ChecksumCase
 

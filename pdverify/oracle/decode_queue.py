@@ -41,9 +41,6 @@ class ExpectedPass:
     remaining: list[int]
     streamed: list[int]
     locked: list[int]
-    aborted_left: list[int]
-    """Requests left queued with their abort set: aborted before the pass and not looked at (a pass aborts only
-    the requests it looks at: a failed receiver outside ``rids_to_check`` leaves its request as it was)."""
 
 
 def expected_pass(
@@ -140,5 +137,4 @@ def expected_pass(
         loaded.add(r.lora)
     gone = set(admitted) | set(failed)
     locked = [i for i in admitted if case.radix and reqs[i].prefix_pages and not reqs[i].rebootstrap]
-    remaining = [i for i in order if i not in gone]
-    return ExpectedPass(admitted, failed, remaining, streamed, locked, [i for i in remaining if reqs[i].aborted])
+    return ExpectedPass(admitted, failed, [i for i in order if i not in gone], streamed, locked)
