@@ -1241,11 +1241,11 @@ KNOWN: dict[str, KnownDefect] = {
             "#39332)",
             _t11_shows,
             _t11_explains,
-            also=("Q3", "Q5", "Q1"),
+            also=("Q3", "Q5"),
             # Q5 sees it where the pass admits a request past the limit instead of a later one with a prefix (its
-            # lock): the ci draws meet that on 0.5.12-0.5.15; Q1 where the request admitted past the limit takes
-            # the last SWA pages a later one needed, which then fails (0.5.19: SWA with the radix cache)
-            narrower=(("Q5", QUEUE_EARLY[1 : QUEUE_EARLY.index("0.5.16")]), ("Q1", ("0.5.19",))),
+            # lock): with the decode radix cache, 0.5.11 on (Q1 saw it on 0.5.19 where the request admitted past the
+            # limit took the last SWA pages a later one needed; the ci draws no longer meet that)
+            narrower=(("Q5", (*QUEUE_EARLY, "0.5.17", "0.5.18", "0.5.19")),),
         ),
         KnownDefect(
             "T14",
@@ -1284,8 +1284,6 @@ KNOWN: dict[str, KnownDefect] = {
             _t18_shows,
             _t18_explains,
             also=("Q2", "Q3"),
-            # Q3 meets it where the ci draws reach it: at page size 1 (to 0.4.5.post1)
-            narrower=(("Q3", QUEUE_NO_RETRACT[: QUEUE_NO_RETRACT.index("0.4.5.post2")]),),
         ),
         KnownDefect(
             "T19",

@@ -107,6 +107,16 @@ EXAMPLES = [
         host_free_pages=(30, 31),
         host_reserved_tokens=4,
     ),
+    # a running request of 1 token and two queued 2-token requests that may generate 20 each: with the running one
+    # retracted, a request still needs 2 + 20 - 1 = 21 tokens, more than the budget of 10 - none is admitted
+    _queue(
+        R(2, output_len=0, max_new_tokens=20),
+        R(2, output_len=0, max_new_tokens=20),
+        page_size=1,
+        free_pages=tuple(range(1, 30)),
+        token_budget=10,
+        running=((1, None),),
+    ),
     # every queued receiver ready, and prefill has reported the first one's transfer failed: the pass polls anyway,
     # aborts it (500, streamed, receiver released) and admits the second ("Receiver polling observes asynchronous
     # failures while KV allocation is blocked", _update_handshake_waiters)
