@@ -182,7 +182,9 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     if not _budget_read_once():
         return 0 < got - budget < ps
     # T11 too, and T23/T24's unpolled failed receivers (a request admitted that should have failed)
-    skips = (False, True) if _release_before("0.5.20") and not _release_before("0.4.6.post5") else (False,)
+    from pdverify.properties.releases import DOMAIN
+
+    skips = (False, True) if DOMAIN.release in T24_RELEASES else (False,)
     passes = [
         _defective_queue_pass(kwargs["case"], raw_fill=True, lora_gate=g, skip_ready_polls=skip)
         for g in (True, False)

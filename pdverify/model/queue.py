@@ -353,11 +353,11 @@ class QueueTrace:
     buffers_left: int | None = None
     """Metadata buffers still free after the pass (None: the target does not say; Q4 then fails)."""
     events: tuple[tuple[str, int], ...] = ()
+    """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
+    (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""
     aborted_left: tuple[int, ...] | None = None
     """Requests still queued after the pass with their abort set (``FINISH_ABORT``); None: the target does not say
     (Q3 then fails)."""
-    """The handshake, in order: ``("staging", i)`` (registered with decode's staging handler), ``("metadata", i)``
-    (destinations sent to prefill), ``("recompute", i)`` (prefill asked to recompute a rebootstrapped request)."""
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def expected_pass(
     # the handshake: a failed receiver the pass looks at aborts its request (a fresh abort, not yet streamed)
     aborted = [reqs[i].aborted or reqs[i].receiver_failed is not None for i in range(len(reqs))]
     failed = [i for i in looked_at if aborted[i]]
-    streamed = [i for i in failed if not (reqs[i].aborted and reqs[i].abort_streamed)]
+    streamed = [i for i in failed if not reqs[i].abort_streamed]
 
     loaded = {lora for _, lora in case.running}
     retractable = 0

@@ -2,19 +2,18 @@
 (decode radix cache with device prefixes; HiCache host hits are the one-request port's).
 
 The pass polls every queued KV receiver first (``_update_handshake_waiters``): a request it looks at whose receiver
-failed is aborted. It sorts the queue by priority (when priority scheduling is on), fails the aborted requests it
-looks at,
-then admits in queue order: a request still bootstrapping is passed over, one whose LoRA adapter does not fit is
-passed over, and the pass stops at the first request without a metadata buffer, a request row or the token
-budget for ``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check
-matches its device prefix and locks it; turned away there, it releases the lock. An admitted request gets a
-row (its prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a
-metadata buffer, and its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A
-rebootstrapped request matches nothing and holds and receives its outputs too. The budget after each admission
-is ``_allocatable_token_budgets(extra_reserved_reqs=<device admissions>)`` shifted to start at the case's budget:
-less the tokens allocated so far and what the admitted requests' headroom adds to the reserve. With a
-hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each admission charges its tail's
-page-aligned tokens and headroom, and then find SWA pages for its tail (it fails otherwise).
+failed is aborted. It sorts the queue by priority (when priority scheduling is on), fails the aborted requests it looks
+at, then admits in queue order: a request still bootstrapping is passed over, one whose LoRA adapter does not fit is
+passed over, and the pass stops at the first request without a metadata buffer, a request row or the token budget for
+``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check matches its device
+prefix and locks it; turned away there, it releases the lock. An admitted request gets a row (its prefix written to
+``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a metadata buffer, and its destination
+list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A rebootstrapped request matches nothing and holds and
+receives its outputs too. The budget after each admission is ``_allocatable_token_budgets(extra_reserved_reqs=<device
+admissions>)`` shifted to start at the case's budget: less the tokens allocated so far and what the admitted requests'
+headroom adds to the reserve. With a hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each
+admission charges its tail's page-aligned tokens and headroom, and then find SWA pages for its tail (it fails
+otherwise).
 
 ``PreallocPass`` keeps each step a method so that the mutant catalogue can replace one at a time.
 """
@@ -85,7 +84,7 @@ class PreallocPass:
         for i in self.queue:
             req = self.case.requests[i]
             if self.looked_at(i) and i in self.aborted:
-                if not (req.aborted and req.abort_streamed):
+                if not req.abort_streamed:
                     self.streamed.append(i)
                 self.cleared.append(i)
                 failed.append(i)

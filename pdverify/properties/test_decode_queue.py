@@ -147,7 +147,8 @@ def _events(case: DecodeQueueCase, trace: QueueTrace) -> None:
         note_event("aborted requests failed")
     if any(r.receiver_failed for r in case.requests):
         note_event("a KV receiver failed")
-    if len(trace.admitted) < sum(1 for r in case.requests if r.bootstrapped and not r.aborted):
+    live = [r for r in case.requests if r.bootstrapped and not r.aborted and r.receiver_failed is None]
+    if len(trace.admitted) < len(live):
         note_event("admission stopped or passed over a request")
     if case.priority_order:
         note_event("priority scheduling")

@@ -185,12 +185,11 @@ def _cpu_alloc_extend() -> Any:
     return mock.patch.object(paged, "alloc_extend_kernel", AllocExtendKernel())
 
 
-def _queue_base(*, handshake: bool = False) -> Any:
+def _queue_base() -> Any:
     """``DecodePreallocQueue`` with ``__init__`` skipped; the budget is ample unless a driver overrides it. The prefill
     DP rank resolution (``_resolve_pending_reqs``: HTTP queries to prefill's bootstrap server) is a no-op: the queue
-    holds no pending request. ``handshake``: the release's own ``_update_handshake_waiters`` polls the queued
-    receivers and reduces the polls over a one-rank gloo group (``sglang_group.one_rank_gloo``); else it is a no-op
-    too (the inline units, whose input is a given table)."""
+    holds no pending request. The release's own ``_update_handshake_waiters`` polls the queued receivers and reduces
+    the polls over a one-rank gloo group (``sglang_group.one_rank_gloo``)."""
     from sglang.srt.disaggregation import decode
 
     class Queue(decode.DecodePreallocQueue):  # type: ignore[misc, unused-ignore]
@@ -217,13 +216,6 @@ def _queue_base(*, handshake: bool = False) -> Any:
             """The budget's name to 0.5.11: whatever ``_allocatable_token_budgets`` a driver gives."""
             return int(self._allocatable_token_budgets(*args, **kw))
 
-    if not handshake:
-
-        class Unpolled(Queue):  # type: ignore[misc, unused-ignore]
-            def _update_handshake_waiters(self, *args: Any) -> None:
-                pass
-
-        return Unpolled
     return Queue
 
 
@@ -415,7 +407,7 @@ def sglang_decode_prealloc(case: DecodeCase, device: str) -> DecodeTrace:  # pra
 
     real_tree = _real_tree_answers(decode, case)
 
-    class Queue(_queue_base(handshake=True)):  # type: ignore[misc]
+    class Queue(_queue_base()):  # type: ignore[misc]
         def _match_prefix_and_lock(self, req: Any) -> Any:
             if real_tree:  # the release's own match, on SGLang's tree
                 return decode.DecodePreallocQueue._match_prefix_and_lock(self, req)
@@ -863,7 +855,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
     shift: list[int] = []
 
-    class Queue(_queue_base(handshake=True)):  # type: ignore[misc]
+    class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
             """The release's own full-side budget (``_allocatable_token_budgets``, ``_allocatable_tokens`` to
             0.5.11) - the free pool less the decode headroom of the active requests and of those this pass admitted

@@ -117,6 +117,9 @@ def sglang_inline_decode_page_indices(  # pragma: no cover - conformance venv
     table = req_to_token
 
     class Queue(_queue_base()):  # type: ignore[misc]
+        def _update_handshake_waiters(self, *args: Any) -> None:  # the handshake is done (below)
+            pass
+
         def _hicache_pending_restore_tokens(self, *args: Any, **kw: Any) -> int:
             return 0
 

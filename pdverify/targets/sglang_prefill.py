@@ -599,10 +599,8 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
             self.req_to_metadata_buffer_idx_allocator = buffers.allocator
             self.queue: list[Any] = []
             self.pp_size, self.pp_rank = 1, 0
-            self.gloo_group, self.tp_rank = (
-                one_rank_gloo(),
-                0,
-            )  # to 0.5.9: the poll's all-reduce group, the rank it logs
+            # to 0.5.9: the poll's all-reduce group, the rank it logs
+            self.gloo_group, self.tp_rank = one_rank_gloo(), 0
             self.scheduler_stage_metrics = _stage_metrics()
 
     digests: list[tuple[int, ...] | None] = []
