@@ -5,10 +5,12 @@ itself must agree with the layout, and every alias of the prompt stays guarded."
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from pdverify.model.batch import Request
 from pdverify.production.prebuilt import prepare_for_prebuilt
@@ -123,3 +125,55 @@ def test_the_kv_book_follows_the_release_era() -> None:
     assert kv_book(unallocated := SimpleNamespace(kv=None, req_pool_idx=None)) is unallocated
     allocated = SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=8, swa_evicted_seqlen=0), req_pool_idx=3)
     assert kv_book(allocated) is allocated
+
+
+@dataclass(slots=True, kw_only=True)
+class ReqKvInfo:
+    """0.5.16-0.5.18's ``ReqKvInfo``: built at allocation, the allocated lengths only (the row is on the request)."""
+
+    kv_allocated_len: int
+    swa_evicted_seqlen: int
+
+
+class UnallocatedReq(ReleaseReq):
+    """0.5.16-0.5.18's ``Req``: ``kv`` is None until pre-allocation builds the module's ``ReqKvInfo``."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.kv: ReqKvInfo | None = None  # type: ignore[assignment]
+
+
+class BookOnItselfReq(ReleaseReq):
+    """A ``Req`` to 0.5.15: no ``kv`` at all, the KV bookkeeping on the request itself."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        del self.kv
+
+
+def _built(cls: type, layout: str) -> Any:
+    from pdverify.targets.layouts import build_request
+
+    request = seed_batch().reqs[0]
+    row = torch.arange(16, dtype=torch.int64)
+    return build_request(request, layout, row, [], False, lambda r: guarded_class(cls)("r", "", array("q"), None))
+
+
+def test_the_kv_book_is_placed_as_the_release_keeps_it() -> None:
+    request = seed_batch().reqs[0]
+    # 0.5.16-0.5.18: the release's own ReqKvInfo, as pre-allocation leaves it; the row on the request
+    unallocated = _built(UnallocatedReq, "sglang-any")
+    assert unallocated.kv == ReqKvInfo(kv_allocated_len=request.extend_end, swa_evicted_seqlen=0)
+    assert type(unallocated.kv) is ReqKvInfo and unallocated.req_pool_idx == request.req_pool_idx
+    # to 0.5.15: no kv is invented
+    older = _built(BookOnItselfReq, "sglang-any")
+    assert not hasattr(older, "kv") and older.req_pool_idx == request.req_pool_idx
+    # 0.5.19 on: the row in the release's ReqKvInfo, under either layout
+    assert _built(ReleaseReq, "sglang-any").kv.req_pool_idx == request.req_pool_idx
+    assert _built(ReleaseReq, "sglang-0.5.23").kv.req_pool_idx == request.req_pool_idx
+
+
+@pytest.mark.parametrize("cls", [UnallocatedReq, BookOnItselfReq])
+def test_the_0_5_23_layout_refuses_a_request_that_keeps_the_row_elsewhere(cls: type) -> None:
+    with pytest.raises(TargetError, match=r"req\.kv\.req_pool_idx.*sglang-any"):
+        _built(cls, "sglang-0.5.23")

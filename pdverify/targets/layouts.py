@@ -19,6 +19,7 @@ import contextlib
 import functools
 import inspect
 import pkgutil
+import sys
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -192,12 +193,46 @@ class Range:
         return self.end - self.start
 
 
-def _place_0_5_23(duck: Any, req: Request, row: torch.Tensor) -> None:
-    kv = _own(duck, "kv")
-    if kv is None:
-        duck.kv = SimpleNamespace(req_pool_idx=req.req_pool_idx)
-    else:  # the release's own ReqKvInfo
+def _kv_info_class(obj: Any) -> type | None:
+    """The ``ReqKvInfo`` class of the module that defines ``obj``'s request class (0.5.16 on), None before."""
+    for klass in type(obj).__mro__:
+        found = getattr(sys.modules.get(klass.__module__), "ReqKvInfo", None)
+        if isinstance(found, type):
+            return found
+    return None
+
+
+def _place_kv(duck: Any, req: Request, *, any_era: bool) -> None:
+    """The request's KV bookkeeping as a decode scheduler leaves it when it builds the PREBUILT batch.
+
+    * a duck request: ``kv.req_pool_idx`` (a namespace: the duck brings no class of its own);
+    * a release's ``Req`` whose ``ReqKvInfo`` holds the row (0.5.19 on, built by the constructor): the row in it;
+    * a release's ``Req`` whose ``req.kv`` is None until allocation (0.5.16-0.5.18): the release's own
+      ``ReqKvInfo(kv_allocated_len=..., swa_evicted_seqlen=0)`` that pre-allocation builds (``decode.py``
+      ``alloc_for_decode_prealloc``), its allocated length the extend end - the row stays on the request;
+    * a release's ``Req`` with no ``kv`` at all (to 0.5.15): nothing - the row is on the request itself.
+
+    Only ``sglang-any`` may meet the last two; the 0.5.23 layout there is a ``TargetError`` (the release keeps the
+    row elsewhere)."""
+    if isinstance(duck, DuckRequest):
+        duck.kv = SimpleNamespace(req_pool_idx=req.req_pool_idx)  # type: ignore[attr-defined]
+        return
+    kv = getattr(duck, "kv", None)
+    if kv is not None and hasattr(kv, "req_pool_idx"):
         kv.req_pool_idx = req.req_pool_idx
+        return
+    if not any_era:
+        raise TargetError(
+            f"layout 'sglang-0.5.23' places the row in req.kv.req_pool_idx; {type(duck).__name__}.kv is {kv!r} "
+            "(this release keeps the row on the request: use layout 'sglang-any')"
+        )
+    info = _kv_info_class(duck) if hasattr(duck, "kv") else None
+    if kv is None and info is not None:
+        duck.kv = info(kv_allocated_len=req.extend_end, swa_evicted_seqlen=0)
+
+
+def _place_0_5_23(duck: Any, req: Request, row: torch.Tensor, *, any_era: bool = False) -> None:
+    _place_kv(duck, req, any_era=any_era)
     _put(duck, "prefix_len", req.prefix_len)
     _put(duck, "extend_end", req.extend_end)
     _put(duck, "extend_len", req.extend_len)
@@ -213,7 +248,7 @@ def _place_any(duck: Any, req: Request, row: torch.Tensor) -> None:
     """Every era's names at once, consistent with one another (docs/concepts.md, "Layouts"): what any release from
     0.4.6.post5 to 0.5.23 reads is there. Pre-#27611 releases read ``extend_input_len``; pre-#25712 ones read
     the logprob settings on the request itself."""
-    _place_0_5_23(duck, req, row)
+    _place_0_5_23(duck, req, row, any_era=True)
     _place_pr35070(duck, req, row)
     _put(duck, "extend_input_len", req.extend_len)
     _put(duck, "top_logprobs_num", req.logprob.top_logprobs_num)
