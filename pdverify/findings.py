@@ -136,6 +136,42 @@ def _t1_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return message.startswith(f"out_cache_loc: {from_zero} != expected ")
 
 
+def _t25_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A batch with a request that asks for ``min_new_tokens`` on a server whose tokenizer has no end-of-sequence
+    token (``eos_token_id`` None)."""
+    batch = kwargs.get("batch")
+    reqs = getattr(batch, "reqs", ())
+    return getattr(batch, "eos_token_id", 0) is None and any(r.sampling.min_new_tokens > 0 for r in reqs)
+
+
+def _t25_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The message when the ``min_new_tokens`` penalizer put the tokenizer's None end-of-sequence token into its
+    int64 stop-token tensor (``min_new_tokens.py``: ``{req.tokenizer.eos_token_id}``)."""
+    del kwargs
+    return message.startswith("building the sampling info raised TypeError at min_new_tokens.py:") and (
+        "'NoneType' object cannot be interpreted as an integer" in message
+    )
+
+
+def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
+    """Deterministic inference on, and a request whose sampling seed a 32-bit integer cannot hold (0.5.3-0.5.6 keep
+    the seeds as int32, 0.5.7-0.5.20 as int64)."""
+    batch = kwargs.get("batch")
+    seeds = [r.sampling.sampling_seed for r in getattr(batch, "reqs", ())]
+    return bool(getattr(batch, "enable_deterministic_inference", False)) and any(
+        s is not None and not -(2**31) <= s < 2**31 for s in seeds
+    )
+
+
+def _t26_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The message when the seed column's ``torch.tensor`` overflowed (``sampling_batch_info.py``): int32 to 0.5.6,
+    int64 after."""
+    del kwargs
+    return message.startswith("building the sampling info raised ") and (
+        "cannot be converted to type int32 without overflow" in message or "Overflow when unpacking long" in message
+    )
+
+
 _AFTER = re.compile(r"cached_tokens=(-?\d+), cached_tokens_device=(-?\d+), already_computed=(-?\d+)")
 
 
@@ -1184,6 +1220,20 @@ T24_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.6.post5") :]
 T23_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.9.post5") : QUEUE_RELEASES.index("0.5.13")]
 """T23's releases: from 0.4.9.post5 (the abort handler aborts a queued request's receiver) to 0.5.12.post1."""
 
+T25_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY)
+"""T25's releases: every release to 0.5.16 (fixed in 0.5.17, upstream #31973)."""
+
+T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
+"""T26's releases: from 0.5.3 (deterministic inference and the sampling seed, #10645/#10678) to 0.5.20 (0.5.21's
+``SamplingParams.verify`` refuses a seed outside a signed 64-bit integer)."""
+
+PREBUILT_OBSERVERS = ("P20", "P21", "P21b", "P23", "P24", "P25", "P26", "P27", "P29", "P30")
+"""The prebuilt properties besides P19 that run a drawn batch through ``prepare_for_prebuilt`` to 0.5.17 (P22,
+P22b, P28 and B3 hold #35070's contract, from 0.5.18): each sees a crash of its sampling info."""
+
+PREBUILT_35070 = ("P22", "P22b", "P28", "B3")
+"""The prebuilt properties of #35070's contract (from 0.5.18): they see T26 on 0.5.18-0.5.20."""
+
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
@@ -1199,6 +1249,37 @@ KNOWN: dict[str, KnownDefect] = {
             "(fixed in 0.5.12, upstream #24230)",
             _t1_shows,
             _t1_explains,
+        ),
+        KnownDefect(
+            "T25",
+            "P19",
+            "sglang",
+            T25_RELEASES,
+            "a request that asks for min_new_tokens on a server whose tokenizer has no end-of-sequence token: the "
+            "min_new_tokens penalizer puts the tokenizer's None eos into its int64 stop-token tensor, "
+            "SamplingBatchInfo.from_schedule_batch raises TypeError and the decode scheduler's PREBUILT batch - and "
+            "the scheduler - dies (fixed in 0.5.17, upstream #31973)",
+            _t25_shows,
+            _t25_explains,
+            also=PREBUILT_OBSERVERS,
+            narrower=(("P24", T25_RELEASES[T25_RELEASES.index("0.5.6") :]),),
+        ),
+        KnownDefect(
+            "T26",
+            "P19",
+            "sglang",
+            T26_RELEASES,
+            "with --enable-deterministic-inference, a request whose sampling seed the scheduler's seed tensor cannot "
+            "hold (past 32 bits to 0.5.6, past 64 bits to 0.5.20; the API takes any integer and verify checks no "
+            "range): SamplingBatchInfo.from_schedule_batch raises and the decode scheduler dies (fixed in 0.5.21, "
+            "whose SamplingParams.verify refuses a seed outside a signed 64-bit integer)",
+            _t26_shows,
+            _t26_explains,
+            also=(*PREBUILT_OBSERVERS, *PREBUILT_35070),
+            narrower=(
+                ("P24", T26_RELEASES[T26_RELEASES.index("0.5.6") :]),
+                *((pid, ("0.5.18", "0.5.19", "0.5.20")) for pid in PREBUILT_35070),
+            ),
         ),
         KnownDefect(
             "T2",

@@ -31,6 +31,10 @@ EXAMPLES_FILE = Path(__file__).resolve().parent.parent / "findings" / "examples.
 TRIAGE_FILE = EXAMPLES_FILE.parent / "triage.json"
 SHAPES = ("production", "shrunk")
 FIELDS = ("finding", "property", "shape", "flags", "what", "args")
+OPTIONAL = ("fixed_by",)
+FIXES = ("refusal",)
+"""How a fixing release may be fixed other than by passing: ``refusal`` - its server refuses the example's input at
+admission (the fix is the validation, as 0.5.21's ``SamplingParams.verify`` for T26's seeds)."""
 _BUILTINS = {"range": range, "list": list, "tuple": tuple, "dict": dict, "len": len}
 
 
@@ -45,6 +49,8 @@ class FindingExample:
     """One sentence: what the example is, in production terms."""
     args: Mapping[str, str]
     """The property's drawn arguments, as Python expressions over pdverify's model classes."""
+    fixed_by: str | None = None
+    """``refusal`` where the fixing release refuses the input (``FIXES``); None: it passes there."""
 
     def kwargs(self) -> dict[str, Any]:
         """The arguments, built (``ValueError`` naming the argument when one does not evaluate)."""
@@ -66,9 +72,13 @@ def load_examples(path: Path = EXAMPLES_FILE) -> list[FindingExample]:
     out = []
     for i, row in enumerate(rows):
         missing = [f for f in FIELDS if not row.get(f)]
-        if missing or set(row) - set(FIELDS):
-            raise ValueError(f"{path.name} entry {i}: fields {FIELDS} required and only they (missing {missing}, "
-                             f"unknown {sorted(set(row) - set(FIELDS))})")  # fmt: skip
+        unknown = sorted(set(row) - set(FIELDS) - set(OPTIONAL))
+        if missing or unknown:
+            raise ValueError(f"{path.name} entry {i}: fields {FIELDS} required, {OPTIONAL} optional and only they "
+                             f"(missing {missing}, unknown {unknown})")  # fmt: skip
+        if row.get("fixed_by", FIXES[0]) not in FIXES:
+            raise ValueError(f"{path.name} entry {i} ({row['finding']}): fixed_by must be one of {FIXES}, got "
+                             f"{row['fixed_by']!r}")  # fmt: skip
         if row["shape"] not in SHAPES:
             raise ValueError(f"{path.name} entry {i} ({row['finding']}): shape must be one of {SHAPES}, got "
                              f"{row['shape']!r}")  # fmt: skip
@@ -113,8 +123,9 @@ class Replay:
     """``reproduced`` (a release the finding is recorded for) or ``fixed`` (the release that fixed it)."""
     outcome: str
     """``reproduced``, ``passed``, ``explained by <ids>``, ``failed`` (a failure nothing recorded explains),
-    ``outside domain``, ``not in release`` (the example's configuration uses an input feature the release does not
-    have: no server of it runs that configuration, so it is not replayed there) or ``error``."""
+    ``outside domain``, ``refused`` (the release's server refuses the input: a fix only where the record says
+    ``fixed_by: refusal``), ``not in release`` (the example's configuration uses an input feature the release does
+    not have: no server of it runs that configuration, so it is not replayed there) or ``error``."""
     message: str
 
     @property
@@ -123,6 +134,8 @@ class Replay:
             return True
         if self.expected == "reproduced":
             return self.outcome == "reproduced"
+        if self.outcome == "refused":
+            return self.example.fixed_by == "refusal"
         return self.outcome == "passed" or self.outcome.startswith("explained by")
 
 
@@ -135,6 +148,7 @@ def replay(example: FindingExample, target: Any, expected: str) -> Replay:
     from pdverify.properties.registry import EXAMPLES
     from pdverify.properties.releases import bind_release
     from pdverify.runner import load_properties
+    from pdverify.targets.protocol import ServerRefuses
 
     info = load_properties()[example.property]
     kwargs = example.kwargs()
@@ -160,6 +174,8 @@ def replay(example: FindingExample, target: Any, expected: str) -> Replay:
         return Replay(example, release, expected, outcome, message.splitlines()[0] if message else "")
     except pytest.skip.Exception as exc:
         return Replay(example, release, expected, "outside domain", str(exc))
+    except ServerRefuses as exc:  # the release's own validation refuses the input
+        return Replay(example, release, expected, "refused", str(exc))
     except Exception as exc:  # the target raised: an error, never a pass
         return Replay(example, release, expected, "error", f"{type(exc).__name__}: {exc}")
     finally:

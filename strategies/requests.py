@@ -7,6 +7,7 @@ with a shuffled free list), so a slice taken at the wrong offset or from the wro
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -118,11 +119,24 @@ def request_details(
     }
 
 
+SEEDS: tuple[Callable[[random.Random], int], ...] = (
+    lambda rng: rng.choice([0, 42]),
+    lambda rng: rng.randint(-(2**31), 2**31 - 1),
+    lambda rng: rng.randint(-(2**63), 2**63 - 1),
+    lambda rng: rng.choice([2**63, -(2**63) - 1, 10**20]),
+)
+"""How a client's sampling seed is drawn: small, 32-bit, 64-bit, or (one in eight) past 64 bits (the API takes any
+JSON integer; the release's own ``verify`` decides what it refuses)."""
+
+
 def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSettings:
     """Sampling parameters a client may send, half of the time SGLang's defaults: greedy (temperature 0) and
-    sampled temperatures, top-p, top-k (all, greedy 1 or a cut), min-p, the three penalties (each on or off) and
-    a logit bias of 1-3 tokens below ``vocab_size``. Values stay inside what SGLang's ``SamplingParams.verify``
-    accepts; the ``sglang`` target asks the release's own ``verify`` and refuses what it refuses."""
+    sampled temperatures, top-p, top-k (all, greedy 1 or a cut), min-p, the three penalties (each on or off), a
+    logit bias of 1-3 tokens below ``vocab_size``, ``min_new_tokens`` with or without stop tokens of its own, a
+    sampling seed (or none sent; from deterministic inference on, 0.5.3) and a custom logit processor with or without
+    parameters. Values stay inside what
+    SGLang's ``SamplingParams.verify`` accepts; the ``sglang`` target asks the release's own ``verify`` and refuses
+    what it refuses (a seed on a release that takes none included)."""
     if rng.random() < 0.5:
         return SamplingSettings()
 
@@ -140,6 +154,13 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
         logit_bias=None
         if rng.random() < 0.5
         else {str(rng.randrange(vocab_size)): round(rng.uniform(-100, 100), 2) for _ in range(rng.randint(1, 3))},
+        min_new_tokens=0 if rng.random() < 0.5 else rng.randint(1, 16),
+        stop_token_ids=None if rng.random() < 0.5 else [rng.randrange(vocab_size) for _ in range(rng.randint(1, 3))],
+        sampling_seed=None
+        if rng.random() < 0.5 or not DOMAIN.has("deterministic_inference")
+        else rng.choices(SEEDS, weights=(3, 2, 2, 1))[0](rng),
+        custom_logit_processor=(processor := rng.random() < 0.5),
+        custom_params=None if not processor or rng.random() < 0.5 else {"token_ids": [rng.randrange(vocab_size)]},
     )
 
 
@@ -208,4 +229,12 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
     if layout:
         rng.shuffle(order)
     table = [token_locations(order[r * per_row : (r + 1) * per_row], width, ps) for r in range(rows)]
-    return PrebuiltBatch(reqs, table, return_logprob=bool(layout) and rng.random() < 0.5)
+    # the server's sampling configuration, from the same seed (seed 0: every flag off, a tokenizer without eos)
+    return PrebuiltBatch(
+        reqs,
+        table,
+        return_logprob=bool(layout) and rng.random() < 0.5,
+        enable_custom_logit_processor=bool(layout) and rng.random() < 0.5,
+        enable_deterministic_inference=bool(layout) and rng.random() < 0.5 and DOMAIN.has("deterministic_inference"),
+        eos_token_id=None if not layout or rng.random() < 0.25 else rng.randrange(32),
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -22,6 +22,7 @@ from pdverify.strategies import RequestField, batches, registered
 from pdverify.strategies.fields import REGISTRY, expected_effects, register_field, unregister_field
 from pdverify.targets import Target, load_target
 from pdverify.targets.layouts import run_prepare_for_prebuilt
+from pdverify.targets.protocol import ServerRefuses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +52,10 @@ def test_registered_field_reaches_batches_and_targets() -> None:
     def check(batch: Any) -> None:
         for req in batch.reqs:
             assert 1 <= req.extra["priority"] <= 3
-        out = run_prepare_for_prebuilt(load_target("pdverify"), batch, "cpu")
+        try:
+            out = run_prepare_for_prebuilt(load_target("pdverify"), batch, "cpu")
+        except ServerRefuses:
+            reject()  # a sampling seed 0.5.23's verify refuses: no server prepares such a batch
         exp = expected_prebuilt(batch, expected_effects())
         assert [r.extra for r in out.reqs_after] == [r.extra for r in exp.reqs_after]
         seen.append(out.batch_object.reqs[0].priority)

@@ -666,3 +666,35 @@ def test_f6_is_a_digest_at_the_mamba_slot() -> None:
     assert f6.explains(qsa, "decode's digest read qsa_compressed items [3], expected ...: [2, 4]")
     assert not f6.explains(qsa, "prefill's digest read qsa_pending items [4], expected ...")  # its row, not its slot
     assert f6.explains(qsa, oob.replace("decode", "prefill"))  # the ring read past the request rows
+
+
+def test_t25_t26_are_crashes_of_the_sampling_info() -> None:
+    """T25 (to 0.5.16): ``min_new_tokens`` with a tokenizer that has no end-of-sequence token; T26 (0.5.3-0.5.20):
+    deterministic inference with a seed its tensor cannot hold. Each explains only its own crash of
+    ``from_schedule_batch`` (the adapter's ``SamplingInfoRaised``), on every prebuilt property that runs a drawn
+    batch."""
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+
+    t25, t26 = KNOWN["T25"], KNOWN["T26"]
+    assert (t25.releases[0], t25.releases[-1]) == ("0.4.4.post2", "0.5.16")
+    assert (t26.releases[0], t26.releases[-1]) == ("0.5.3", "0.5.20")
+    assert {"P19", "P27", "P30"} <= set(t25.properties()) and set(t26.properties()) - set(t25.properties()) == {
+        "P22", "P22b", "P28", "B3"}  # fmt: skip
+    assert t26.releases_for("B3") == ("0.5.18", "0.5.19", "0.5.20") and t25.releases_for("P24")[0] == "0.5.6"
+
+    def batch(eos: int | None = None, deterministic: bool = False, **sampling: Any) -> dict[str, Any]:
+        req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(**sampling))
+        return {"batch": PrebuiltBatch([req], [[1]], eos_token_id=eos, enable_deterministic_inference=deterministic)}
+
+    assert t25.shows(batch(min_new_tokens=2)) and not t25.shows(batch(eos=3, min_new_tokens=2))
+    assert not t25.shows(batch())
+    assert t26.shows(batch(deterministic=True, sampling_seed=2**31)) and not t26.shows(batch(sampling_seed=2**31))
+    assert not t26.shows(batch(deterministic=True, sampling_seed=2**31 - 1))
+    none_eos = "building the sampling info raised TypeError at min_new_tokens.py:34: 'NoneType' object cannot be "
+    int32 = "building the sampling info raised RuntimeError at sampling_batch_info.py:91: value cannot be converted "
+    int64 = "building the sampling info raised ValueError at sampling_batch_info.py:98: Overflow when unpacking long"
+    none_eos += "interpreted as an integer"
+    assert t25.explanation("P27")({}, none_eos)
+    assert not t25.explanation("P27")({}, int64) and not t26.explanation("P19")({}, none_eos)
+    assert t26.explanation("P19")({}, int32 + "to type int32 without overflow") and t26.explanation("P30")({}, int64)
+    assert not t26.explanation("P19")({}, "seq_lens [1] != expected [2]")

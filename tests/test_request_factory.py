@@ -31,6 +31,7 @@ class ReleaseReq:
         self.logprob = SimpleNamespace(top_logprobs_num=0, token_ids_logprob=None)
         self.prefix_len, self.extend_end = 0, None
         self.sampling_params = params
+        self.custom_logit_processor = None  # what the client sent beside its sampling parameters
 
     @property
     def extend_len(self) -> int:

@@ -74,6 +74,75 @@ def test_the_release_reads_the_published_configuration() -> None:
     source = open(sampling.__file__).read()  # noqa: SIM115 - a read of the release's own module
     if "get_exec()" not in source and "get_global_server_args()" not in source and "get_server_args()" not in source:
         pytest.skip(f"sglang {target.release} reads its defaults from import or off the batch")
-    with pytest.raises(ValueError, match=r"config namespace 'exec' not published|Global server args is not set yet"):
+    from pdverify.targets.layouts import SamplingInfoRaised
+
+    # the release's own error, raised inside its from_schedule_batch: the adapter reports where (SamplingInfoRaised)
+    with pytest.raises(
+        SamplingInfoRaised, match=r"raised ValueError at .*(config namespace 'exec' not published|Global server args)"
+    ):
         run_prepare_for_prebuilt(bare, _batch(), "cpu")
     run_prepare_for_prebuilt(target, _batch(), "cpu")
+
+
+def test_the_server_flags_reach_the_release() -> None:
+    """The batch's ``--enable-custom-logit-processor`` and ``--enable-deterministic-inference`` are what the release's
+    own ``from_schedule_batch`` reads, in each era's publication: off, no seed column and no processor; on, the seeds
+    in batch order (42 where none was sent) and the processors on the rows that sent one. A release without
+    deterministic inference refuses the flag."""
+    import inspect
+    from dataclasses import replace
+
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+    from pdverify.properties.test_prebuilt import processor_rows
+    from pdverify.targets.layouts import run_prepare_for_prebuilt
+    from pdverify.targets.protocol import ServerRefuses
+
+    target = release_target()
+    has_seed = "sampling_seed" in inspect.signature(SamplingParams).parameters
+    settings = [
+        SamplingSettings(sampling_seed=7 if has_seed else None, custom_logit_processor=True, custom_params={"k": [1]}),
+        SamplingSettings(),
+        SamplingSettings(custom_logit_processor=True, min_new_tokens=2),
+    ]
+    reqs = [Request(i, 0, 3, [1, 2, 3], [], sampling=s) for i, s in enumerate(settings)]
+    batch = PrebuiltBatch(reqs, [[10 * i + j for j in range(3)] for i in range(3)], eos_token_id=5)
+
+    def info(*, enable_custom_logit_processor: bool = False, enable_deterministic_inference: bool = False) -> Any:
+        flagged = replace(
+            batch,
+            enable_custom_logit_processor=enable_custom_logit_processor,
+            enable_deterministic_inference=enable_deterministic_inference,
+        )
+        return run_prepare_for_prebuilt(target, flagged, "cpu").fields["sampling_info"]
+
+    off = info()
+    assert getattr(off, "sampling_seed", None) is None and processor_rows(off) is None
+    on = info(enable_custom_logit_processor=True)
+    assert processor_rows(on) == [0, 2] and on.custom_params[0]["k"] == [1] and on.custom_params[1] is None
+    if has_seed:
+        assert info(enable_deterministic_inference=True).sampling_seed.tolist() == [7, 42, 42]
+    else:
+        with pytest.raises(ServerRefuses, match="no --enable-deterministic-inference"):
+            info(enable_deterministic_inference=True)
+
+
+def test_p27_fails_when_the_flags_are_not_published() -> None:
+    """A scheduler scope that publishes the server at its defaults whatever the batch's flags: the release's sampling
+    info runs no processor and keeps no seeds, and P27's clauses see it."""
+    from types import SimpleNamespace
+
+    from pdverify.runner import load_properties, run_property
+    from pdverify.targets.sglang_context import prebuilt_scheduler
+
+    target = release_target()
+
+    def unpublished(batch: Any) -> Any:
+        batch.pdverify_server = SimpleNamespace(flags=(), eos_token_id=batch.pdverify_server.eos_token_id)
+        return prebuilt_scheduler(batch)
+
+    info = load_properties()["P27"]
+    run = run_property(info, target.derive("unpublished", scheduler_scope=unpublished))
+    assert run.status == "failed", run.message
+    assert "custom logit processors run on rows None" in run.message or "no seed column" in run.message, run.message

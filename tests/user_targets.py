@@ -154,9 +154,12 @@ refusing_everything = _PORT.derive("user-refusing-everything", decode_queue=_ref
 
 @contextlib.contextmanager
 def _refuses_greedy(batch: Any) -> Iterator[None]:
+    from pdverify.targets.builtin import port_scheduler
+
     if any(r.sampling_params.temperature == 0.0 for r in batch.reqs):
         raise ServerRefuses("this server samples every request: temperature 0 refused")
-    yield
+    with port_scheduler(batch):  # and publishes the batch's server flags as the port's own scope does
+        yield
 
 
 refusing_greedy = _PORT.derive("user-refusing-greedy", scheduler_scope=_refuses_greedy)

@@ -31,7 +31,11 @@ class LogprobSettings:
 class SamplingSettings:
     """A request's sampling parameters as the client sent them (SGLang's ``SamplingParams`` keywords): what the
     ``SamplingBatchInfo`` that ``prepare_for_prebuilt`` builds reads, row by row. The defaults are SGLang's own;
-    ``logit_bias`` maps a token id (as a string, as the API takes it) to its bias."""
+    ``logit_bias`` maps a token id (as a string, as the API takes it) to its bias. ``min_new_tokens`` holds the stop
+    tokens (``stop_token_ids``, the tokenizer's) back for that many tokens; ``sampling_seed`` None is a request
+    that sent none (the server's default seed, read with deterministic inference on); ``custom_logit_processor``
+    says the client sent a processor of its own (a serialized ``CustomLogitProcessor``, run where the server enables
+    custom logit processors), ``custom_params`` its per-request parameters."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -41,11 +45,21 @@ class SamplingSettings:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[str, float] | None = None
+    min_new_tokens: int = 0
+    stop_token_ids: list[int] | None = None
+    sampling_seed: int | None = None
+    custom_params: dict[str, Any] | None = None
+    custom_logit_processor: bool = False
+
+    REQUEST_FIELDS = ("custom_logit_processor",)
+    """Settings the client sends beside ``SamplingParams`` (a ``Req`` constructor keyword, not a sampling one)."""
 
     def keywords(self) -> dict[str, Any]:
         """The settings that differ from SGLang's defaults, as ``SamplingParams`` keywords."""
         default = SamplingSettings()
-        return {k: v for k, v in vars(self).items() if v != getattr(default, k)}
+        return {
+            k: v for k, v in vars(self).items() if v != getattr(default, k) and k not in SamplingSettings.REQUEST_FIELDS
+        }
 
 
 @dataclass
@@ -89,12 +103,26 @@ class PrebuiltBatch:
     """A PREBUILT batch before ``prepare_for_prebuilt``: its requests and the request-to-token table.
 
     ``req_to_token`` holds the table's rows as host lists (int32 values, as ``ReqToTokenPool`` stores them).
+    The decode server's configuration the sampling info reads: ``--enable-custom-logit-processor``,
+    ``--enable-deterministic-inference``, and its tokenizer's end-of-sequence token (``eos_token_id``, None for a
+    tokenizer that has none), which ``min_new_tokens`` holds back.
     """
 
     reqs: list[Request]
     req_to_token: list[list[int]]
     return_logprob: bool = False
     vocab_size: int = 32
+    enable_custom_logit_processor: bool = False
+    enable_deterministic_inference: bool = False
+    eos_token_id: int | None = None
+
+    def server_flags(self) -> dict[str, bool]:
+        """The server flags set (``ServerArgs`` field -> True): what a release without the flag refuses."""
+        flags = {
+            "enable_custom_logit_processor": self.enable_custom_logit_processor,
+            "enable_deterministic_inference": self.enable_deterministic_inference,
+        }
+        return {k: v for k, v in flags.items() if v}
 
     @property
     def width(self) -> int:

@@ -84,6 +84,22 @@ def _float32(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
+def expected_sampling_seeds(params: list[Any], deterministic: bool) -> list[int] | None:
+    """The sampling info's seed column over requests whose sampling parameters are ``params`` (in batch order):
+    none without deterministic inference; with it, each request's seed, 42 where it sent none (SGLang's default)."""
+    if not deterministic:
+        return None
+    return [42 if p.sampling_seed is None else int(p.sampling_seed) for p in params]
+
+
+def expected_processor_rows(processors: list[Any], enabled: bool) -> list[int] | None:
+    """The rows custom logit processors run on, over requests whose processors are ``processors`` (in batch order,
+    None where a request sent none): none unless the server enables them and a request sent one; else every row
+    that sent one, ascending."""
+    rows = [i for i, processor in enumerate(processors) if processor is not None]
+    return rows if enabled and rows else None
+
+
 def expected_sampling_rows(params: list[Any]) -> list[tuple[float, float, int, float]]:
     """The per-request rows of the sampling info built over requests whose sampling parameters are ``params`` (in
     batch order): ``(temperature, top_p, top_k, min_p)``, the floats as float32 holds them."""

@@ -9,7 +9,9 @@ assertions, torch errors, and silent acceptance where upstream is silent (see ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextvars
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +19,43 @@ import torch
 
 from pdverify.model.batch import ForwardMode
 
+DEFAULT_SAMPLING_SEED = 42
+"""The seed of a request that sent none, under deterministic inference (``SamplingBatchInfo.from_schedule_batch``)."""
+
+SERVER_FLAGS: contextvars.ContextVar[tuple[tuple[str, Any], ...]] = contextvars.ContextVar(
+    "pdverify_server_flags", default=()
+)
+"""The decode server's configuration as its scheduler publishes it (SGLang 0.5.23's ``get_exec()``): the flags set
+(``enable_custom_logit_processor``, ``enable_deterministic_inference``), set by ``published``."""
+
+
+@contextmanager
+def published(flags: Sequence[tuple[str, Any]]) -> Iterator[None]:
+    """``flags`` (server argument, value) published for the block, as a decode scheduler publishes its
+    configuration before it prepares a batch."""
+    token = SERVER_FLAGS.set(tuple(flags))
+    try:
+        yield
+    finally:
+        SERVER_FLAGS.reset(token)
+
+
+@dataclass(frozen=True)
+class ProcessorEntry:
+    """The requests (``rows``, batch indices) one custom logit processor runs on, as SGLang merges them."""
+
+    processor: str
+    rows: list[int]
+
 
 @dataclass(frozen=True)
 class SamplingBatchInfo:
     """Stand-in for sglang's ``SamplingBatchInfo``: what it was built from, and the per-request rows SGLang's
-    keeps (``temperatures`` as an ``(n, 1)`` float32 column, ``top_ps`` and ``min_ps`` float32, ``top_ks`` int32),
-    copied to the batch's device as SGLang copies them; the penalizers and logit bias are not modelled."""
+    keeps (``temperatures`` as an ``(n, 1)`` float32 column, ``top_ps`` and ``min_ps`` float32, ``top_ks`` int32,
+    ``sampling_seed`` int64 under deterministic inference, else None), copied to the batch's device as SGLang copies
+    them, and the custom logit processors (the same processor merged over its rows; with the per-request
+    ``custom_params``) where the server enables them and a request sent one, else None; the penalizers and logit
+    bias are not modelled."""
 
     vocab_size: int
     batch_size: int
@@ -30,21 +63,41 @@ class SamplingBatchInfo:
     top_ps: torch.Tensor
     top_ks: torch.Tensor
     min_ps: torch.Tensor
+    sampling_seed: torch.Tensor | None = None
+    custom_logit_processor: dict[int, ProcessorEntry] | None = None
+    custom_params: list[Any] | None = None
 
     @classmethod
     def from_schedule_batch(cls, batch: Any, vocab_size: int) -> SamplingBatchInfo:
-        params = [r.sampling_params for r in batch.reqs]
+        reqs = batch.reqs
+        params = [r.sampling_params for r in reqs]
+        flags = dict(SERVER_FLAGS.get())
 
         def column(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(batch.device)
 
+        seeds = None
+        if flags.get("enable_deterministic_inference"):
+            chosen = [DEFAULT_SAMPLING_SEED if p.sampling_seed is None else p.sampling_seed for p in params]
+            seeds = column(chosen, torch.int64)
+        merged, custom = None, None
+        if flags.get("enable_custom_logit_processor") and any(r.custom_logit_processor for r in reqs):
+            rows: dict[str, list[int]] = {}
+            for i, r in enumerate(reqs):
+                if r.custom_logit_processor is not None:
+                    rows.setdefault(r.custom_logit_processor, []).append(i)
+            merged = {hash(text): ProcessorEntry(text, found) for text, found in rows.items()}
+            custom = [p.custom_params for p in params]
         return cls(
             vocab_size,
-            len(batch.reqs),
+            len(reqs),
             column([p.temperature for p in params], torch.float32).view(-1, 1),
             column([p.top_p for p in params], torch.float32),
             column([p.top_k for p in params], torch.int32),
             column([p.min_p for p in params], torch.float32),
+            seeds,
+            merged,
+            custom,
         )
 
 

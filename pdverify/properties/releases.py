@@ -226,6 +226,11 @@ FROM_PREALLOC_RECEIVER_ABORT = Contract(
     "sglang 0.4.9.post5",
     "0.4.9.post5",
 )
+FROM_DETERMINISTIC_INFERENCE = Contract(
+    "deterministic inference (--enable-deterministic-inference, #10645) and a request's sampling seed "
+    "(SamplingParams.sampling_seed, #10678), first in sglang 0.5.3",
+    "0.5.3",
+)
 FROM_PRIORITY_SCHEDULING = Contract(
     "priority scheduling (--enable-priority-scheduling, #8746), first in sglang 0.5.3", "0.5.3"
 )
@@ -319,6 +324,7 @@ FEATURES: dict[str, Contract] = {
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
+    "deterministic_inference": FROM_DETERMINISTIC_INFERENCE,
     "staging_buffer": FROM_STAGING_BUFFER,
     "dp_rank_query": FROM_DP_RANK_QUERY,
     "attention_cp": FROM_ATTENTION_CP,

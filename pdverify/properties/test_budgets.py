@@ -14,6 +14,7 @@ from pdverify.ledger import measure
 from pdverify.model.batch import PrebuiltBatch, Request
 from pdverify.model.layout import PagedRow, build_req_to_token
 from pdverify.production.transfer import PrefillSendState
+from pdverify.properties.pinned_batches import SAMPLING_BATCHES
 from pdverify.properties.registry import FROM_31173, FROM_35070, examples, note_event, prop
 from pdverify.strategies import batches, index_dtypes, page_sizes, paged_rows, token_index_lists
 from pdverify.targets import Target
@@ -23,12 +24,23 @@ PER_REQUEST_H2D = 8
 """Metadata elements a request may send host-to-device in ``prepare_for_prebuilt`` (pool index, sequence
 length in three dtypes, their host mirrors on a CPU run), whatever its prompt and extend lengths."""
 
-SAMPLING_H2D_PER_REQUEST = 8
+SAMPLING_H2D_PER_REQUEST = 10
 """Elements a request may send host-to-device in the ``SamplingBatchInfo.from_schedule_batch`` that
-``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed and the three penalties: one each), plus
-three per logit-bias entry (its row, column and value), kept apart from the budget above (the ledger's
-``sampling_info`` aside) and bounded on its own: what it copies grows with the batch and the client's parameters,
-never with the prompt."""
+``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed, the three penalties, ``min_new_tokens``
+and a custom logit processor's row: one each), plus three per logit-bias entry (its row, column and value) and,
+where a request holds its stop tokens back (``min_new_tokens``), one per slot of the padded stop-token list (every
+request times the most stop tokens one has: its own, the tokenizer's end of sequence). Kept apart from the budget
+above (the ledger's ``sampling_info`` aside) and bounded on its own: what it copies grows with the batch and the
+client's parameters, never with the prompt."""
+
+
+def stop_slots(batch: PrebuiltBatch) -> int:
+    """Slots of the padded stop-token list the ``min_new_tokens`` penalizer builds (none when no request asks for
+    ``min_new_tokens``): every request times the most distinct stop tokens one has."""
+    if not any(r.sampling.min_new_tokens > 0 for r in batch.reqs):
+        return 0
+    eos = set() if batch.eos_token_id is None else {batch.eos_token_id}
+    return len(batch.reqs) * max(len(set(r.sampling.stop_token_ids or []) | eos) for r in batch.reqs)
 
 
 @example(values=list(range(64)), ps=16, dtype=torch.int32)
@@ -88,7 +100,7 @@ LONG_PROMPTS = PrebuiltBatch(
 )
 
 
-@examples("batch", [LONG_PROMPTS])
+@examples("batch", [LONG_PROMPTS, *SAMPLING_BATCHES])
 @prop(
     "B3",
     "prepare_for_prebuilt copies only O(batch) metadata host-to-device, nothing that grows with the prompt "
@@ -111,9 +123,10 @@ def test_b3_prebuilt_h2d(target: Target, device: str, batch: PrebuiltBatch) -> N
     sampling = led.asides.get("sampling_info")
     if sampling is not None:
         bias = sum(len(r.sampling.logit_bias or {}) for r in batch.reqs)
-        most = SAMPLING_H2D_PER_REQUEST * n + 3 * bias
-        assert sampling.h2d_elements <= most and all(c.elements <= max(n, bias) for c in sampling.copies), (
-            f"{len(batch.reqs)} request(s), {tokens} extend tokens, {bias} logit-bias entries: the sampling info's "
-            f"H2D budget is {most} elements, a copy at most one per request or per bias entry, measured "
-            f"{sampling.describe()}"
+        stops = stop_slots(batch)
+        most = SAMPLING_H2D_PER_REQUEST * n + 3 * bias + stops
+        assert sampling.h2d_elements <= most and all(c.elements <= max(n, bias, stops) for c in sampling.copies), (
+            f"{len(batch.reqs)} request(s), {tokens} extend tokens, {bias} logit-bias entries, {stops} stop-token "
+            f"slots: the sampling info's H2D budget is {most} elements, a copy at most one per request, per bias "
+            f"entry or per stop-token slot, measured {sampling.describe()}"
         )

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
-from pdverify.oracle.prebuilt import ExpectedPrebuilt, expected_prebuilt, expected_sampling_rows
+from pdverify.oracle.prebuilt import (
+    ExpectedPrebuilt,
+    expected_prebuilt,
+    expected_processor_rows,
+    expected_sampling_rows,
+    expected_sampling_seeds,
+)
 from pdverify.properties.compare import assert_tensor
+from pdverify.properties.pinned_batches import SAMPLING_BATCHES
 from pdverify.properties.registry import FROM_35070, Clause, applies, examples, note_event, prop, within_domain
 from pdverify.properties.releases import (
     DOMAIN,
@@ -50,6 +57,9 @@ SPEC_BATCH = PrebuiltBatch(
 
 EMPTY_BATCH = PrebuiltBatch([], [[0, 0]])
 
+PINNED = (seed_batch(), SPEC_BATCH, EMPTY_BATCH, *SAMPLING_BATCHES)
+"""Every prebuilt property's explicit examples."""
+
 
 def _run(
     target: Target, batch: PrebuiltBatch, device: str, strict: bool = False
@@ -61,6 +71,11 @@ def _run(
     within_domain(
         DOMAIN.seeded_computed or all(r.retracted_stain or not r.already_computed for r in batch.reqs),
         "a seeded already_computed (before 0.5.13)",
+    )
+    within_domain(
+        DOMAIN.has("deterministic_inference")
+        or not (batch.enable_deterministic_inference or any(r.sampling.sampling_seed is not None for r in batch.reqs)),
+        "deterministic inference or a sampling seed (before 0.5.3)",
     )
     expected = expected_prebuilt(batch, expected_effects())
     if not batch.reqs:
@@ -77,7 +92,7 @@ def _field(out: PrebuiltOutcome, name: str) -> Any:
     return out.fields[name]
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P19",
     "out_cache_loc: the rows' [prefix, prefix+extend) slices concatenated in batch order, int64",
@@ -89,7 +104,7 @@ def test_p19_out_cache_loc(target: Target, device: str, batch: PrebuiltBatch) ->
     assert_tensor("out_cache_loc", _field(out, "out_cache_loc"), exp.out_cache_loc, torch.int64, device)
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P20",
     "extend_num_tokens == sum of extend lengths; prefix_lens and extend_lens per request",
@@ -106,7 +121,7 @@ def test_p20_extend_counts(target: Target, device: str, batch: PrebuiltBatch) ->
     assert _field(out, "extend_lens") == exp.extend_lens, f"extend_lens={out.fields['extend_lens']}"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P21",
     "seq_lens (int64, device), seq_lens_cpu (int64, cpu), orig_seq_lens (int32, device), seq_lens_sum",
@@ -132,7 +147,7 @@ def test_p21_seq_lens(target: Target, device: str, batch: PrebuiltBatch) -> None
         assert_tensor("orig_seq_lens", _field(out, "orig_seq_lens"), exp.seq_lens, torch.int32, device)
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P21b",
     "req_pool_indices (int64, device) and its cpu mirror, in batch order",
@@ -152,7 +167,7 @@ def test_p21b_req_pool_indices(target: Target, device: str, batch: PrebuiltBatch
         assert_tensor("req_pool_indices_cpu", got, exp.req_pool_indices, torch.int64, "cpu")
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P22",
     "no prompt transfer: input_ids is None; get_fill_ids / fill_ids never called",
@@ -169,7 +184,7 @@ def test_p22_no_prompt_transfer(target: Target, device: str, batch: PrebuiltBatc
     assert not fill_reads, f"the prompt was read: {fill_reads[:3]} ({len(fill_reads)} read(s))"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P22b",
     "the prompt's contents are never touched (its length only): a strict prompt guard never fires",
@@ -185,7 +200,7 @@ def test_p22b_prompt_untouched(target: Target, device: str, batch: PrebuiltBatch
     assert not out.prompt_reads, f"prompt contents read: {out.prompt_reads[:3]}"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P23",
     "not stained: cached_tokens(_device) grow by max(0, prefix - already_computed); already_computed = seq_len",
@@ -209,7 +224,7 @@ def test_p23_bookkeeping(target: Target, device: str, batch: PrebuiltBatch) -> N
         assert got.cached_tokens >= req.cached_tokens, f"request {i}: cached_tokens decreased"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P24",
     "stained (retracted_stain): cached_tokens, cached_tokens_device and already_computed unchanged",
@@ -226,7 +241,7 @@ def test_p24_stained(target: Target, device: str, batch: PrebuiltBatch) -> None:
             assert after == before, f"stained request {i}: {before} became {after}"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P25",
     "afterwards is_retracted is False and pd_rebootstrap_in_progress is falsy, for every request",
@@ -246,7 +261,7 @@ def test_p25_flags(target: Target, device: str, batch: PrebuiltBatch) -> None:
             assert not got.pd_rebootstrap_in_progress, f"request {i}: pd_rebootstrap_in_progress still set"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P26",
     "logprob lists from req.logprob (or untouched), multimodal_inputs per request, logprob starts None",
@@ -277,7 +292,7 @@ def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatc
         assert _field(out, "extend_input_logprob_token_ids") is None
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop(
     "P27",
     "forward_mode is PREBUILT; sampling_info is what from_schedule_batch(batch, vocab) returned, called once, its "
@@ -288,6 +303,16 @@ def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatc
             "sampling_rows",
             title="row i of the sampling info (temperature, top-p, top-k, min-p, on the batch's device) is the "
             "i-th request's, the batch's requests still in the order handed in",
+        ),
+        Clause(
+            "sampling_seeds",
+            title="with --enable-deterministic-inference, row i of the seed column (on the batch's device) is the "
+            "i-th request's seed (42 where it sent none); without it there is none",
+        ),
+        Clause(
+            "custom_processors",
+            title="with --enable-custom-logit-processor, the custom logit processors run on exactly the rows whose "
+            "requests sent one, row i's custom params the i-th request's; without it, or with none sent, none run",
         ),
         Clause("forward_mode", FROM_PREBUILT_MODE, "forward_mode is PREBUILT"),
     ),
@@ -314,12 +339,54 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
         assert all(c.device.type == on for c in columns), f"sampling rows on {[c.device for c in columns]}, not {on}"
         rows = list(zip(*(c.tolist() for c in columns), strict=True))
         assert rows == expected, f"sampling rows {rows} != the requests' parameters in batch order {expected}"
+    if applies("sampling_seeds"):
+        handed = out.request_objects
+        want = expected_sampling_seeds([r.sampling_params for r in handed], batch.enable_deterministic_inference)
+        seeds = getattr(_field(out, "sampling_info"), "sampling_seed", None)
+        note_event("deterministic inference" if want is not None else "no deterministic inference")
+        if want is None:
+            assert seeds is None, f"a seed column {seeds} without deterministic inference"
+        else:
+            assert seeds is not None, f"no seed column under deterministic inference (the requests' seeds: {want})"
+            assert seeds.device.type == torch.device(device).type, f"seeds on {seeds.device}, not {device}"
+            assert seeds.tolist() == want, f"seed column {seeds.tolist()} != the requests' seeds in batch order {want}"
+    if applies("custom_processors"):
+        handed = out.request_objects
+        sent = [r.custom_logit_processor for r in handed]
+        want_rows = expected_processor_rows(sent, batch.enable_custom_logit_processor)
+        info = _field(out, "sampling_info")
+        run_rows = processor_rows(info)
+        note_event("custom logit processors run" if want_rows else "no custom logit processor runs")
+        assert run_rows == want_rows, (
+            f"custom logit processors run on rows {run_rows}, expected {want_rows} (server flag "
+            f"{batch.enable_custom_logit_processor}, the requests' processors sent: {[p is not None for p in sent]})"
+        )
+        if want_rows is not None:
+            params = [r.sampling_params.custom_params for r in handed]
+            assert info.custom_params == params, f"custom params {info.custom_params} != the requests' {params}"
     if applies("forward_mode"):
         mode = _field(out, "forward_mode")
         assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+def processor_rows(info: Any) -> list[int] | None:
+    """The batch rows the sampling info's custom logit processors run on (None where none runs): each merged
+    entry's ``rows`` (SGLang's ``ProcessorEntry``, 0.5.21 on), or the rows its boolean mask selects (the
+    ``(processor, mask)`` pair before)."""
+    merged = getattr(info, "custom_logit_processor", None)
+    if merged is None:
+        return None
+    rows: list[int] = []
+    for entry in merged.values():
+        if hasattr(entry, "rows"):
+            rows.extend(int(i) for i in entry.rows)
+        else:
+            _, mask = entry
+            rows.extend(int(i) for i in torch.as_tensor(mask).nonzero().flatten().tolist())
+    return sorted(rows)
+
+
+@examples("batch", PINNED)
 @prop(
     "P28",
     "differential: equal to the pre-#35070 function on every field but input_ids",
@@ -342,14 +409,14 @@ def test_p28_differential(target: Target, device: str, batch: PrebuiltBatch) -> 
     assert out.reqs_after == ref.reqs_after, "request bookkeeping differs from the pre-#35070 function"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop("P29", "purity: the request-to-token table is not modified", needs=NEEDS, batch=batches())
 def test_p29_table_unchanged(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, _ = _run(target, batch, device)
     assert torch.equal(out.req_to_token_before, out.req_to_token_after), "req_to_token was modified"
 
 
-@examples("batch", (seed_batch(), SPEC_BATCH, EMPTY_BATCH))
+@examples("batch", PINNED)
 @prop("P30", "every registered request field holds its expected value afterwards", needs=NEEDS, batch=batches())
 def test_p30_registered_fields(target: Target, device: str, batch: PrebuiltBatch) -> None:
     out, exp = _run(target, batch, device)

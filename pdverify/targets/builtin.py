@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 from pdverify.legacy import page_index as legacy_pages
 from pdverify.legacy import prebuilt as legacy_prebuilt
 from pdverify.legacy import transfer as legacy_transfer
@@ -19,7 +23,7 @@ from pdverify.production import (
     translate,
     wire,
 )
-from pdverify.targets.protocol import Target
+from pdverify.targets.protocol import ServerRefuses, Target
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
 
@@ -46,7 +50,26 @@ def pdverify_target() -> Target:
         kv_checksum=checksum.kv_checksum,
         layout="sglang-0.5.23",
         sampling_info_path=_PDV_SAMPLING,
+        scheduler_scope=port_scheduler,
     )
+
+
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""The sampling seeds 0.5.23's ``SamplingParams.verify`` admits (a signed 64-bit integer)."""
+
+
+@contextmanager
+def port_scheduler(batch: Any) -> Iterator[None]:
+    """What the port's decode scheduler has published when it prepares ``batch``: the batch's server flags
+    (``pdverify_server``, set by the layout adapter). A request 0.5.23's ``SamplingParams.verify`` refuses (a seed
+    outside a signed 64-bit integer) never reaches it: ``ServerRefuses``."""
+    for req in batch.reqs:
+        seed = getattr(req.sampling_params, "sampling_seed", None)
+        if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed}: outside [-2**63, 2**63 - 1]")
+    server = getattr(batch, "pdverify_server", None)
+    with prebuilt.published(server.flags if server is not None else ()):
+        yield
 
 
 def legacy_target() -> Target:

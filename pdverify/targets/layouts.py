@@ -20,10 +20,12 @@ import functools
 import inspect
 import pkgutil
 import sys
+import traceback
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
@@ -31,7 +33,7 @@ import torch
 
 from pdverify.ledger import TransferLedger
 from pdverify.model.batch import PrebuiltBatch, PrebuiltOutcome, Request, RequestAfter
-from pdverify.targets.protocol import Target, TargetError
+from pdverify.targets.protocol import ServerRefuses, Target, TargetError
 
 BATCH_FIELDS: tuple[str, ...] = (
     "forward_mode",
@@ -61,6 +63,18 @@ _UNSET = object()
 
 class PromptReadError(AssertionError):
     """Raised by a strict prompt guard: the code under test read the prompt's contents."""
+
+
+class SamplingInfoRaised(AssertionError):
+    """The target's own ``SamplingBatchInfo.from_schedule_batch``, called by ``prepare_for_prebuilt`` on a batch its
+    server took, raised: the decode scheduler's step dies there (SGLang's scheduler loop does not catch it). The
+    message names the exception and where it was raised (``file:line`` of the innermost frame)."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> SamplingInfoRaised:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+        return cls(f"building the sampling info raised {type(exc).__name__} at {where}: {exc}")
 
 
 class GuardedTokens:
@@ -176,6 +190,11 @@ def _put(obj: Any, name: str, value: Any) -> None:
             raise TargetError(f"{type(obj).__name__}.{name} computes {got!r} where the layout places {value!r}")
         return
     setattr(obj, name, value)
+
+
+CLIENT_PROCESSOR = '{"callable": "a client\'s serialized CustomLogitProcessor"}'
+"""A duck request's custom logit processor (what the API takes: a serialized ``CustomLogitProcessor``); a target's
+own request class carries one its release serialized."""
 
 
 def _own(obj: Any, name: str) -> Any | None:
@@ -301,6 +320,7 @@ def build_request(
         duck.pd_rebootstrap_in_progress = req.pd_rebootstrap_in_progress  # type: ignore[attr-defined]
     if _own(duck, "sampling_params") is None:  # a real request class built its own from the settings
         duck.sampling_params = SimpleNamespace(**vars(req.sampling))  # type: ignore[attr-defined]
+        duck.custom_logit_processor = CLIENT_PROCESSOR if req.sampling.custom_logit_processor else None  # type: ignore[attr-defined]
     logprob = _own(duck, "logprob")
     if logprob is None:
         duck.logprob = SimpleNamespace(  # type: ignore[attr-defined]
@@ -347,6 +367,10 @@ def build_batch_object(
         req_to_token_pool=SimpleNamespace(req_to_token=table),
         return_logprob=batch.return_logprob,
         model_config=SimpleNamespace(vocab_size=batch.vocab_size),
+        # the server configuration the target's scheduler scope publishes (not a field of SGLang's batch)
+        pdverify_server=SimpleNamespace(
+            flags=tuple(sorted(batch.server_flags().items())), eos_token_id=batch.eos_token_id
+        ),
         **{name: _UNSET for name in BATCH_FIELDS},
     )
     return duck, reads
@@ -405,7 +429,12 @@ def run_prepare_for_prebuilt(
         def record(b: Any, vocab_size: Any) -> Any:
             calls.append((b, vocab_size))
             with ledger.aside("sampling_info") if ledger is not None else contextlib.nullcontext():
-                returned.append(original(b, vocab_size))
+                try:
+                    returned.append(original(b, vocab_size))
+                except (AssertionError, TargetError, ServerRefuses):
+                    raise  # a prompt read the guard refused, the adapter's own error, a refused input
+                except Exception as exc:
+                    raise SamplingInfoRaised.of(exc) from exc
             return returned[-1]
 
         return record

@@ -7,33 +7,42 @@ otherwise (``server_args``, module getters): the drivers patch those in and say 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-_CONTEXTS: dict[str, Any] = {}
+Flags = tuple[tuple[str, Any], ...]
+"""Server arguments set away from their defaults (``ServerArgs`` field, value), in a fixed order: a cache key."""
+
+_CONTEXTS: dict[tuple[str, Flags], Any] = {}
 
 
-def context(mode: str) -> tuple[Any, Any] | None:  # pragma: no cover - conformance venv
+def context(mode: str, flags: Flags = ()) -> tuple[Any, Any] | None:  # pragma: no cover - conformance venv
     """(``sglang.srt.runtime_context``, a ``mode`` scheduler's context from ``ServerArgs(model_path="dummy",
-    device="cpu", disaggregation_mode=mode)``), built once per process and mode; None where the release has no
-    ``create_context``."""
-    if mode not in _CONTEXTS:
+    device="cpu", disaggregation_mode=mode, **flags)``), built once per process, mode and flags; None where the
+    release has no ``create_context``."""
+    key = (mode, flags)
+    if key not in _CONTEXTS:
         runtime = _runtime_module()
         if runtime is None or not hasattr(runtime, "create_context"):
-            _CONTEXTS[mode] = None
+            _CONTEXTS[key] = None
         else:
-            args = _default_server_args(mode, resolved=True)
-            _CONTEXTS[mode] = (runtime, runtime.create_context(args, role="scheduler"))
-    found: tuple[Any, Any] | None = _CONTEXTS[mode]
+            args = server_args(mode, flags, resolved=True)
+            _CONTEXTS[key] = (runtime, runtime.create_context(args, role="scheduler"))
+    found: tuple[Any, Any] | None = _CONTEXTS[key]
     return found
 
 
-def published(mode: str, leaves: dict[str, dict[str, Any]]) -> contextlib.ExitStack | None:  # pragma: no cover
-    """SGLang's own context for a ``mode`` scheduler with ``leaves`` (bag getter, e.g. ``"get_disagg"`` -> leaf ->
-    value) set through the bags' ``override``; None where the release has no runtime context."""
-    found = context(mode)
+def published(  # pragma: no cover - conformance venv
+    mode: str, leaves: dict[str, dict[str, Any]], flags: Flags = ()
+) -> contextlib.ExitStack | None:
+    """SGLang's own context for a ``mode`` scheduler started with ``flags``, with ``leaves`` (bag getter, e.g.
+    ``"get_disagg"`` -> leaf -> value) set through the bags' ``override``; None where the release has no runtime
+    context."""
+    found = context(mode, flags)
     if found is None:
         return None
     runtime, ctx = found
@@ -67,6 +76,35 @@ def _default_server_args(mode: str, *, resolved: bool) -> Any:  # pragma: no cov
     return args
 
 
+@functools.cache
+def server_args(mode: str, flags: Flags, *, resolved: bool) -> Any:  # pragma: no cover - conformance venv
+    """The release's ``ServerArgs`` for a ``mode`` server started with ``flags`` (the rest at their defaults, as
+    ``_default_server_args``), built once per process. Its own validation decides where ``resolved``: a flag it
+    rejects, or one the release does not have, is a server that refuses to start (``ServerRefuses``)."""
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
+    from pdverify.targets.protocol import ServerRefuses
+
+    if not flags:
+        return _default_server_args(mode, resolved=resolved)
+    declared: Any = ServerArgs  # its fields are declared by groups from 0.5.22, which mypy does not see
+    known = inspect.signature(declared).parameters
+    missing = [name for name, _ in flags if name not in known]
+    if missing:
+        raise ServerRefuses(f"this release's server has no {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    if not resolved:
+        args = copy.copy(_default_server_args(mode, resolved=False))
+        for name, value in flags:
+            setattr(args, name, value)
+        return args
+    try:
+        return declared(model_path="dummy", device="cpu", disaggregation_mode=mode, **dict(flags))
+    except (ValueError, AssertionError, NotImplementedError) as exc:
+        raise ServerRefuses(f"ServerArgs refuses {dict(flags)}: {exc}") from None
+
+
 @contextlib.contextmanager
 def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance venv
     """What a decode scheduler of the installed release has published when it calls ``prepare_for_prebuilt`` on
@@ -85,31 +123,49 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     * 0.4.x: the batch carries ``enable_custom_logit_processor``, which ``ScheduleBatch.init_new`` copies from the
       server arguments.
 
+    The server flags are the batch's (``PrebuiltBatch.server_flags``, on the duck as ``pdverify_server``), set in
+    each era's form: the ``ServerArgs`` the context or the global arguments are built from (``server_args``: a flag
+    the release does not have, or that its validation rejects, is ``ServerRefuses``), 0.5.1-0.5.3.post1's
+    ``global_server_args_dict`` entries, 0.4.x's batch flag. Each request gets the server's tokenizer, as the
+    scheduler hands it over on receipt (``req.tokenizer = self.tokenizer``): a stand-in for a Hugging Face tokenizer
+    (a model's files), with the batch's end-of-sequence token and SGLang's ``additional_stop_token_ids`` None.
+
     Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.verify`` (what the
     tokenizer manager runs before a request reaches a scheduler): a request it refuses raises ``ServerRefuses``.
     """
     from sglang.srt import server_args as server_args_module
 
     _verify_sampling(batch)
-    stack = published("decode", {})
+    server = getattr(batch, "pdverify_server", None)
+    flags: Flags = server.flags if server is not None else ()
+    if server is not None:
+        tokenizer = SimpleNamespace(eos_token_id=server.eos_token_id, additional_stop_token_ids=None)
+        for req in batch.reqs:
+            req.tokenizer = tokenizer
+    stack = published("decode", {}, flags)
     if stack is not None:
         with stack:
             yield
         return
     runtime = _runtime_module()
     if runtime is not None and hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args"):
-        with _as_process_context(runtime, _runtime_context(runtime)):
+        with _as_process_context(runtime, _runtime_context(runtime, flags)):
             yield
         return
+    args = server_args("decode", flags, resolved=False)  # refuses a flag the release does not have
     if hasattr(server_args_module, "set_global_server_args_for_scheduler"):
-        args = _default_server_args("decode", resolved=False)
         with mock.patch.object(server_args_module, "_global_server_args", args):
             yield
         return
     if _batch_flag():
-        declared: Any = server_args_module.ServerArgs  # its fields are declared by groups, which mypy does not see
-        batch.enable_custom_logit_processor = declared.enable_custom_logit_processor
-    yield
+        batch.enable_custom_logit_processor = args.enable_custom_logit_processor
+        yield
+        return
+    from sglang.srt.managers import schedule_batch
+
+    published_dict = schedule_batch.__dict__["global_server_args_dict"]  # 0.5.1-0.5.3.post1 only
+    with mock.patch.dict(published_dict, {name: getattr(args, name) for name, _ in flags}):
+        yield
 
 
 def _verify_sampling(batch: Any) -> None:  # pragma: no cover - conformance venv
@@ -137,12 +193,12 @@ def _runtime_module() -> Any:  # pragma: no cover - conformance venv
 
 
 @functools.cache
-def _runtime_context(runtime: Any) -> Any:  # pragma: no cover - conformance venv
-    """A ``RuntimeContext`` of 0.5.15-0.5.21 with a decode scheduler's default server arguments projected into it
-    by the release's own ``publish`` (0.5.17 on; it publishes into the module's ``_CONTEXT``, swapped for the call)
-    or ``set_server_args`` (0.5.15-0.5.16); built once per process."""
+def _runtime_context(runtime: Any, flags: Flags = ()) -> Any:  # pragma: no cover - conformance venv
+    """A ``RuntimeContext`` of 0.5.15-0.5.21 with a decode scheduler's server arguments (``flags`` set, the rest
+    at their defaults) projected into it by the release's own ``publish`` (0.5.17 on; it publishes into the module's
+    ``_CONTEXT``, swapped for the call) or ``set_server_args`` (0.5.15-0.5.16); built once per process and flags."""
     ctx = runtime.RuntimeContext(parallel=runtime.ParallelContext())
-    args = _default_server_args("decode", resolved=True)
+    args = server_args("decode", flags, resolved=True)
     if hasattr(runtime, "publish"):
         with _as_process_context(runtime, ctx):
             runtime.publish(args, role="scheduler")

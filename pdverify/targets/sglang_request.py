@@ -12,6 +12,8 @@ request itself before), its time stats and every default are the release's own.
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import itertools
 from array import array
@@ -34,7 +36,22 @@ def sglang_request(request: Request) -> Any:  # pragma: no cover - conformance v
         request.origin_input_ids,
         request_class=guarded_class(Req),
         sampling=request.sampling.keywords(),
+        custom_logit_processor=client_logit_processor() if request.sampling.custom_logit_processor else None,
     )
+
+
+@functools.cache
+def client_logit_processor() -> str:  # pragma: no cover - conformance venv
+    """A client's custom logit processor as the API takes it: a ``CustomLogitProcessor`` subclass of the client's
+    own (defined in its script, so serialized by value), through the release's own ``to_str``."""
+    from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+
+    class ClientProcessor(CustomLogitProcessor):  # type: ignore[misc,unused-ignore]  # Any without SGLang
+        def __call__(self, logits: Any, custom_param_list: Any = None) -> Any:
+            return logits
+
+    text: str = ClientProcessor().to_str()
+    return text
 
 
 def kv_book(req: Any) -> Any:
@@ -74,7 +91,8 @@ def release_request(  # pragma: no cover - conformance venv
         raise ServerRefuses(
             f"this release's SamplingParams takes no {', '.join(unknown)}: its server refuses the request"
         )
-    sampling_params = SamplingParams(max_new_tokens=max_new_tokens, **(sampling or {}))
+    # a copy: SGLang keeps what it is given (custom_params gets the request under "__req__"), the model must not
+    sampling_params = SamplingParams(max_new_tokens=max_new_tokens, **copy.deepcopy(dict(sampling or {})))
     req = make(rid, "", _prompt(params, prompt), sampling_params, **taken)
     if req_pool_idx is not None:
         kv_book(req).req_pool_idx = req_pool_idx

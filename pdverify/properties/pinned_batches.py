@@ -1,0 +1,16 @@
+"""PREBUILT batches every prebuilt property pins as an explicit example (shared by the property modules)."""
+
+from __future__ import annotations
+
+from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+
+SAMPLING_BATCHES = (
+    PrebuiltBatch([Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))], [[1]], eos_token_id=None),
+    PrebuiltBatch(
+        [Request(0, 0, 1, [0], [], sampling=SamplingSettings(sampling_seed=2**63))],
+        [[1]],
+        enable_deterministic_inference=True,
+    ),
+)
+"""The sampling settings a decode scheduler must survive (T25, T26): ``min_new_tokens`` on a server whose tokenizer has
+no end-of-sequence token, and under deterministic inference a seed past 64 bits (0.5.21 on refuses it)."""
