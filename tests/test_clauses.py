@@ -217,3 +217,30 @@ def test_the_queue_budget_clauses_split_at_the_re_read() -> None:
     assert expected_pass(case, budget_reread=False).admitted == [0, 1, 2]
     assert expected_pass(replace(case, token_budget=17)).admitted == [0, 1, 2]  # 17, 13, 9, 5
     assert expected_pass(replace(case, token_budget=17), budget_reread=False).admitted == [0, 1]  # 17, 11, 5
+
+
+def test_a_known_defect_that_stops_the_example_before_any_clause_ends_it(
+    declared: Callable[..., Callable[[Any], Any]],
+) -> None:
+    """A recorded finding that fails the example before any clause is reached (the unit under test crashes, as T25
+    and T26 do in ``prepare_for_prebuilt``) fails it again on the rerun without the first clause: the example ends
+    there, counted once, instead of being rerun for ever."""
+    from pdverify import findings
+
+    @declared("Z91", "a crash before the clauses", needs=("page_align_floor",),
+              clauses=(Clause("first", title="every release"), Clause("second", title="every release")),
+              n=st.integers(0, 3))  # fmt: skip
+    def test_z91(target: Any, device: str, n: int) -> None:
+        raise AssertionError("the unit crashed")
+
+    info = registry.PROPERTIES["Z91"]
+    findings.KNOWN["TZ"] = findings.KnownDefect(
+        "TZ", "Z91", "sglang", ("0.5.10",), "the unit crashes", lambda kw: True,
+        lambda kw, message: message == "the unit crashed",
+    )  # fmt: skip
+    try:
+        run = run_property(info, _release("0.5.10"), profile="mutate")
+        assert run.status == "passed" and EXAMPLES.examples > 0, run.message
+        assert EXAMPLES.reproduced["TZ"] == EXAMPLES.examples  # once per example, not once per rerun
+    finally:
+        del findings.KNOWN["TZ"]

@@ -387,11 +387,15 @@ def prop(
                     if isinstance(exc, AssertionError):
                         defect = next((d for d in known if d.explanation(id)(kwargs, str(exc))), None)
                         if defect is not None:
-                            EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
                             clause = EXAMPLES.current_clause
-                            EXAMPLES.clause_known[clause] = EXAMPLES.clause_known.get(clause, 0) + 1
-                            EXAMPLES.suppressed.add(clause)
-                            if any(applies_to(c, EXAMPLES.release) for c in declared):
+                            # failing again in a clause already set aside: the defect stops the example before any
+                            # clause is reached (a crash of the unit itself), so nothing else can be checked on it
+                            rerun = clause in EXAMPLES.suppressed
+                            if not rerun:
+                                EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
+                                EXAMPLES.clause_known[clause] = EXAMPLES.clause_known.get(clause, 0) + 1
+                                EXAMPLES.suppressed.add(clause)
+                            if not rerun and any(applies_to(c, EXAMPLES.release) for c in declared):
                                 continue  # the other clauses are checked on this input all the same
                             if clauses:
                                 return None  # the other clauses are set aside or not applicable: none left here
