@@ -801,7 +801,8 @@ def _defective_queue_pass(
         def poll_receivers(self) -> None:
             reqs = self.case.requests
             aborted_receiver = concluded_polls and any(r.receiver_failed == "abort" for r in reqs)
-            if not (skip_ready_polls and all(r.bootstrapped for r in reqs) and not aborted_receiver):
+            unpolled = skip_ready_polls and not self.case.pp_consensus  # a PP pass takes the consensus
+            if not (unpolled and all(r.bootstrapped for r in reqs) and not aborted_receiver):
                 super().poll_receivers()
 
         def fail_aborted(self) -> list[int]:
@@ -911,7 +912,7 @@ def _t16_shows(kwargs: Mapping[str, Any]) -> bool:
 
     case = kwargs.get("case")
     return isinstance(case, DecodeQueueCase) and any(
-        (r.aborted or r.receiver_failed is not None) and r.checked for r in case.requests
+        (r.aborted or case.handshake_failed(i)) and case.looked_at(i) for i, r in enumerate(case.requests)
     )
 
 
@@ -923,7 +924,7 @@ def _t16_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         return False
     case = kwargs["case"]
     got, want = ([int(n) for n in re.findall(r"#(\d+)", g)] for g in m.groups())
-    aborted = [r.aborted or r.receiver_failed is not None for r in case.requests]  # by the handshake too
+    aborted = [r.aborted or case.handshake_failed(i) for i, r in enumerate(case.requests)]  # by the handshake too
     return got != want and sorted(got) == sorted(i for i in want if not aborted[i])
 
 
@@ -1013,6 +1014,8 @@ def _unpolled_failure(kwargs: Mapping[str, Any], form: str) -> bool:
     case = kwargs.get("case")
     if not isinstance(case, DecodeQueueCase) or not all(r.bootstrapped for r in case.requests):
         return False
+    if case.pp_consensus:  # the early return is a PP-less pass's (pp_size <= 1): a PP pass takes the consensus
+        return False
     if form == "peer" and not _release_before("0.5.13") and any(r.receiver_failed == "abort" for r in case.requests):
         return False
     return any(r.receiver_failed == form and (r.checked or not case.restrict) for r in case.requests)
@@ -1055,8 +1058,9 @@ def _t18_shows(kwargs: Mapping[str, Any]) -> bool:
     from pdverify.model.queue import DecodeQueueCase
 
     case = kwargs.get("case")
-    looked_at = [r for r in getattr(case, "requests", ()) if r.checked or not getattr(case, "restrict", False)]
-    return isinstance(case, DecodeQueueCase) and any(r.aborted for r in looked_at)
+    if not isinstance(case, DecodeQueueCase):
+        return False
+    return any(r.aborted and case.looked_at(i) for i, r in enumerate(case.requests))
 
 
 def _t18_explains(kwargs: Mapping[str, Any], message: str) -> bool:

@@ -32,31 +32,31 @@ def decode_queues(
 ) -> st.SearchStrategy[DecodeQueueCase]:
     """One pass of decode's pre-allocation queue: a page size; ``1..max_requests`` queued requests, each with a prompt
     of ``1..max_length`` tokens, 0..3 output tokens and a ``max_new_tokens``, bootstrapped or still waiting for its
-    receiver, aborted (its abort streamed already or not) or live, its receiver failed (prefill reported the failure,
-    or the client's abort aborted it) or not, rebootstrapped or first-time (each of the four rarities switched off for
-    a whole pass half the time: swarm testing); FIFO or priority scheduling (either order,
-    priorities 0..3 with ties); LoRA off or on with 1..3 adapter slots and each request on the base model or one of
-    three adapters; the whole queue looked at or only a ``rids_to_check`` subset; 0..2 running requests (retractable
-    tokens, loaded adapters); a decode headroom; free metadata buffers and request rows from none to one per request;
-    free pages in a fragmented order and a token budget from 0 to all of them - in half the passes exactly the first
-    requests' fresh pages and headroom or one token less; in half the passes of the device path without the radix cache
-    (page size > 1; radix off, or a rebootstrapped request), exactly the fresh pages of the requests the pass reaches
-    before one and that one's charge (its raw length on that path) and headroom, with running requests covering the
-    output room; host receive off or on (host pages for the
-    prompts and the reserve less a shortfall, or in half the passes with a reserve one page short of a host-bound
-    request's prompt and reserve). Within the bound release's input domain: no failed receiver where decode raises on
-    one (input feature ``handshake_failure_abort``), no aborted receiver before the scheduler's abort handler aborts
-    one (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap
-    before 0.5.16, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the
-    simplest pass admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the
-    simplest pass has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running
-    requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first request, a hybrid SWA pool one page
-    short of the last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of
-    the first request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones,
-    the request rows exactly the device-bound requests' and the host pool one page short of the last host-bound
-    request's reserve. Lean 4 adds a decode headroom, radix prefixes (where the release takes them with an SWA pool)
-    and a hybrid SWA pool whose SWA budget is one token short of the last live request's SWA admission test after the
-    others' page-aligned charges, the prompts one token past three pages (SWA tails that end inside a page)."""
+    receiver, aborted (its abort streamed already or not) or live, its receiver failed (prefill reported the failure, or
+    the client's abort aborted it) or not, rebootstrapped or first-time (each of the four rarities switched off for a
+    whole pass half the time: swarm testing); FIFO or priority scheduling (either order, priorities 0..3 with ties);
+    LoRA off or on with 1..3 adapter slots and each request on the base model or one of three adapters; the whole queue
+    looked at, only a ``rids_to_check`` subset or - a PP pass (0.5.17 on) - the stages' consensus (``_consensus``); 0..2
+    running requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
+    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in half
+    the passes exactly the first requests' fresh pages and headroom or one token less; in half the passes of the device
+    path without the radix cache (page size > 1; radix off, or a rebootstrapped request), exactly the fresh pages of the
+    requests the pass reaches before one and that one's charge (its raw length on that path) and headroom, with running
+    requests covering the output room; host receive off or on (host pages for the prompts and the reserve less a
+    shortfall, or in half the passes with a reserve one page short of a host-bound request's prompt and reserve). Within
+    the bound release's input domain: no failed receiver where decode raises on one (input feature
+    ``handshake_failure_abort``), no aborted receiver before the scheduler's abort handler aborts one
+    (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap before 0.5.16, no PP consensus before
+    0.5.17, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the simplest pass
+    admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the simplest pass
+    has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running requests on.
+    Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first request, a hybrid SWA pool one page short of the
+    last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of the first
+    request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones, the request
+    rows exactly the device-bound requests' and the host pool one page short of the last host-bound request's reserve.
+    Lean 4 adds a decode headroom, radix prefixes (where the release takes them with an SWA pool) and a hybrid SWA pool
+    whose SWA budget is one token short of the last live request's SWA admission test after the others' page-aligned
+    charges, the prompts one token past three pages (SWA tails that end inside a page)."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -86,6 +86,9 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = order if DOMAIN.has("priority_scheduling") else None
     max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
     restrict = c.boolean() and DOMAIN.has("rids_to_check")  # the decode PP loop's rids_to_check (#14945, 0.5.7)
+    # the PP loop's consensus form (#31869, 0.5.17), in place of rids_to_check, which a PP pass refuses
+    pp = c.boolean() and DOMAIN.has("pp_consensus")
+    restrict = restrict and not pp
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"
@@ -113,27 +116,26 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         # request's output spills into a page of its own
         length = c.integer(1, max_length, lean=LEAN_PAGES * ps + (0, -1, 1, 1)[c.leaning - 1])
         output_len = c.integer(0, 3, lean=1)  # drawn first whatever it becomes: the draws after it stay in place
-        requests.append(
-            _first_time_output(
-                length=length,
-                output_len=output_len,
-                max_new_tokens=c.integer(1, 32),
-                bootstrapped=not (waits and c.integer(0, 3) == 3),
-                aborted=aborted,
-                # an abort already streamed sits in the queue only with true retraction (#25372, 0.5.16 on)
-                abort_streamed=aborted and c.boolean() and DOMAIN.rebootstrap,
-                priority=c.integer(0, 3) if order else 0,
-                lora=c.pick(ADAPTERS) if max_loras else None,
-                checked=c.integer(0, 3) != 3 if restrict else True,
-                prefix_pages=tuple(shared[: c.integer(0, length // ps, lean=1)]) if radix else (),
-                # lean 1: the first request rebootstrapped (it must match no radix prefix)
-                rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
-                # lean 3: the second request device-bound, between two host-bound ones
-                host_capable=c.boolean(lean=(1, 2) if i == 1 else True),
-                receiver_failed=c.pick(forms) if failures and c.integer(0, 3) == 3 else None,
-                extra=draw_fields(c),
-            )
+        request = _first_time_output(
+            length=length,
+            output_len=output_len,
+            max_new_tokens=c.integer(1, 32),
+            bootstrapped=not (waits and c.integer(0, 3) == 3),
+            aborted=aborted,
+            # an abort already streamed sits in the queue only with true retraction (#25372, 0.5.16 on)
+            abort_streamed=aborted and c.boolean() and DOMAIN.rebootstrap,
+            priority=c.integer(0, 3) if order else 0,
+            lora=c.pick(ADAPTERS) if max_loras else None,
+            checked=c.integer(0, 3) != 3 if restrict else True,
+            prefix_pages=tuple(shared[: c.integer(0, length // ps, lean=1)]) if radix else (),
+            # lean 1: the first request rebootstrapped (it must match no radix prefix)
+            rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
+            # lean 3: the second request device-bound, between two host-bound ones
+            host_capable=c.boolean(lean=(1, 2) if i == 1 else True),
+            receiver_failed=c.pick(forms) if failures and c.integer(0, 3) == 3 else None,
+            extra=draw_fields(c),
         )
+        requests.append(replace(request, consensus=_consensus(c, request)) if pp else request)
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2, lean=1)))
     reserved = c.integer(0, 8, lean=1 if c.leaning == 4 else None)  # lean 4: a headroom the SWA budget charges
     pool = sum(pages_needed(r.fill_len, ps) for r in requests) + pages_needed(32 + 8, ps) + c.integer(0, 2)
@@ -150,6 +152,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         priority_order=order,
         max_loras=max_loras,
         restrict=restrict,
+        pp_consensus=pp,
         radix=radix,
         staging=not complete and c.boolean(lean=True) and DOMAIN.has("staging_buffer"),  # #19890, 0.5.10
         allocation_policy=policy,
@@ -261,14 +264,27 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     return replace(case, swa_token_budget=None if evictable else _swa_budget(c, case))
 
 
+def _consensus(c: Choices, r: QueuedRequest) -> str | None:
+    """A request's place in a PP pass's consensus: as its state says three times in four - bad when aborted (the
+    scheduler routes aborts to the bad list) or its receiver failed, good when its receiver is ready (an earlier pass
+    saw it, or half the time the stages saw it ready just now), else in neither list - and once in four any of the
+    three: the stages agreed before the pass, and a receiver may fail or an abort arrive in between (shrinks to the
+    first)."""
+    if c.integer(0, 3) == 3:
+        return c.pick((None, "good", "bad"))
+    if r.aborted or r.receiver_failed is not None:
+        return "bad"
+    return "good" if r.bootstrapped or c.boolean() else None
+
+
 def _reached(case: DecodeQueueCase) -> list[int]:
-    """The requests a pass would reach, in its order: live (not aborted, their receiver not failed), bootstrapped and
+    """The requests a pass would reach, in its order: live (not aborted, their handshake not failed), ready and
     looked at (a boundary counted over requests it passes over lands nowhere)."""
     reqs = case.requests
     live = [
         i
         for i, r in enumerate(reqs)
-        if r.bootstrapped and not r.aborted and r.receiver_failed is None and (r.checked or not case.restrict)
+        if case.ready(i) and not r.aborted and not case.handshake_failed(i) and case.looked_at(i)
     ]
     if case.priority_order is not None:
         sign = 1 if case.priority_order == "low_first" else -1
@@ -304,7 +320,7 @@ def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase
     bound = [
         i
         for i, r in enumerate(case.requests)
-        if case.to_host(i) and r.bootstrapped and not r.aborted and r.receiver_failed is None
+        if case.to_host(i) and case.ready(i) and not r.aborted and not case.handshake_failed(i) and case.looked_at(i)
     ]
     if not bound:
         return case

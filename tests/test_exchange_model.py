@@ -129,6 +129,8 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queue, {"allocation_policy": "late"}, "allocation_policy='late' must be one of"),
         (queue, {"allocation_policy": "prefill_complete", "radix": True}, "the server refuses it"),
         (queue, {"host_threshold": 1.5}, "must be fractions in [0, 1]"),
+        (queue, {"pp_consensus": True, "restrict": True}, "a PP pass takes the consensus, never rids_to_check"),
+        (queued, {"consensus": "maybe"}, "consensus='maybe' must be None or one of ('good', 'bad')"),
         (queue, {"host_free_pages": (0,)}, "host_free_pages must be distinct pages >= 1"),
         (queue, {"host_reserved_tokens": -1}, "host_reserved_tokens"),
         (queue, {"host_threshold": 0.5, "radix": True}, "root-prefix binding is not modelled"),

@@ -193,6 +193,40 @@ def test_checksum_cases_keep_to_their_pools() -> None:
              settings=settings(max_examples=200, database=None))  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("what", "reached"),
+    [
+        ("a PP pass that admits a request no earlier pass saw ready (the consensus's good list)",
+         lambda c: c.pp_consensus and any(r.consensus == "good" and not r.bootstrapped for r in c.requests)),
+        ("a PP pass failing a live request another stage failed (the consensus's bad list)",
+         lambda c: c.pp_consensus and any(r.consensus == "bad" and not r.aborted and r.receiver_failed is None
+                                          and r.bootstrapped for r in c.requests)),
+        ("a PP pass that leaves an aborted request outside the consensus queued",
+         lambda c: c.pp_consensus and any(r.aborted and r.consensus is None for r in c.requests)),
+        ("a PP pass whose good list holds a receiver failed since",
+         lambda c: c.pp_consensus and any(r.receiver_failed and r.consensus == "good" for r in c.requests)),
+    ],
+)  # fmt: skip
+def test_decode_queues_reach_the_pp_consensus(what: str, reached: Any) -> None:
+    """The PP form of the pass (0.5.17 on) is drawn with each verdict the consensus can give against this stage's own
+    state: a strategy that drew only consensus lists agreeing with the receivers could not tell a pass that polls
+    them (XQ36) from one that takes the consensus."""
+    find(decode_queues(), reached, settings=settings(max_examples=3000, database=None))
+
+
+def test_decode_queues_draw_no_pp_pass_before_the_consensus() -> None:
+    """0.5.16 has no ``pp_good_rids``: its PP form is ``rids_to_check``, and no PP pass is drawn for it."""
+    from pdverify.properties.releases import bind_release
+
+    bind_release("0.5.16")
+    try:
+        with pytest.raises(NoSuchExample):
+            find(decode_queues(), lambda c: c.pp_consensus, settings=settings(max_examples=300, database=None))
+        find(decode_queues(), lambda c: c.restrict, settings=settings(max_examples=300, database=None))
+    finally:
+        bind_release(None)
+
+
 def test_decode_cases_reach_a_shortfall_ending_inside_a_cached_sequence() -> None:
     """D3's whole-leaf eviction is drawn: the pages the request lacks end inside a cached sequence of several pages
     (the tree then frees more than the shortfall); a strategy that drew one-page leaves only hides XD12."""

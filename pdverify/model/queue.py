@@ -36,6 +36,10 @@ RECEIVER_FAILURES = ("peer", "abort")
 reported the transfer failed (the KV manager's status of its room is ``KVPoll.Failed``; the receiver concludes it
 when polled); ``"abort"`` - the client aborted the request while queued, and the scheduler's ``AbortReq`` handler
 aborted its receiver (``kv_receiver.abort()``: its ``conclude_state`` is ``KVPoll.Failed`` at once)."""
+PP_CONSENSUS = ("good", "bad")
+"""A queued request's place in the pipeline-parallel consensus a PP pass is given (``QueuedRequest.consensus``):
+``"good"`` - in ``pp_good_rids`` (its KV receiver was ready on every pipeline stage when the stages agreed);
+``"bad"`` - in ``pp_bad_rids`` (it failed on some stage, or was aborted: the scheduler's ``_route_aborts_to_bad``)."""
 ALLOCATION_POLICIES = ("early", "prefill_complete")
 """``--disaggregation-decode-allocation-policy`` (0.5.22 on; ``"early"`` the default). A release before the flag
 behaves as ``"early"``: it asks prefill to recompute a rebootstrapped request once its destinations are sent."""
@@ -73,6 +77,11 @@ class QueuedRequest:
     """Its KV receiver failed (one of ``RECEIVER_FAILURES``) and reports ``KVPoll.Failed`` when polled; None: it
     reports ``WaitingForInput`` when ``bootstrapped``, else ``Bootstrapping``. ``bootstrapped`` then says whether an
     earlier pass saw it ready (``waiting_for_input``)."""
+    consensus: str | None = None
+    """Its place in the PP consensus (one of ``PP_CONSENSUS``; None: in neither list - the stages have not agreed
+    on it yet); only read when the case is a PP pass (``DecodeQueueCase.pp_consensus``). The consensus was reached
+    before the pass and is authoritative: its verdict need not match this stage's own receiver now (a receiver that
+    failed, or an abort that arrived, after the stages agreed)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
@@ -87,6 +96,8 @@ class QueuedRequest:
             raise ValueError(f"prefix_pages={self.prefix_pages} must be distinct pages >= 1")
         if self.abort_streamed and not self.aborted:
             raise ValueError("abort_streamed=True needs aborted=True: only an aborted request has a streamed abort")
+        if self.consensus is not None and self.consensus not in PP_CONSENSUS:
+            raise ValueError(f"consensus={self.consensus!r} must be None or one of {PP_CONSENSUS}")
         if self.receiver_failed is not None and self.receiver_failed not in RECEIVER_FAILURES:
             raise ValueError(f"receiver_failed={self.receiver_failed!r} must be None or one of {RECEIVER_FAILURES}")
         if self.output_len > 1 and not self.rebootstrap:
@@ -136,6 +147,11 @@ class DecodeQueueCase:
     """None: LoRA off; else the adapters a batch may hold (the base model counts as one)."""
     restrict: bool = False
     """The pass is given ``rids_to_check``: the requests whose ``checked`` is set."""
+    pp_consensus: bool = False
+    """Pipeline parallelism (``--pp-size`` above 1; the PP scheduler's ``process_prealloc_queue``): the pass is given
+    the stages' consensus (``pp_good_rids``, ``pp_bad_rids``: the requests whose ``consensus`` is set). It looks at
+    exactly those and polls no receiver: a request in ``pp_bad_rids`` is aborted (500), one in ``pp_good_rids`` is
+    ready (``waiting_for_input``). Not with ``restrict``: SGLang refuses ``rids_to_check`` in PP mode."""
     radix: bool = False
     """``--disaggregation-decode-enable-radix-cache``: requests match their ``prefix_pages``."""
     staging: bool = False
@@ -234,6 +250,11 @@ class DecodeQueueCase:
             raise ValueError(
                 "host_threshold < 1 with the radix cache: the host path's root-prefix binding is not modelled"
             )
+        if self.pp_consensus and self.restrict:
+            raise ValueError(
+                "pp_consensus=True with restrict=True: a PP pass takes the consensus, never rids_to_check "
+                "(pop_preallocated raises 'rids_to_check cannot be used in PP mode')"
+            )
         if self.allocation_policy not in ALLOCATION_POLICIES:
             raise ValueError(f"allocation_policy={self.allocation_policy!r} must be one of {ALLOCATION_POLICIES}")
         if self.allocation_policy == "prefill_complete":
@@ -248,7 +269,8 @@ class DecodeQueueCase:
     def input_features(self) -> tuple[str, ...]:
         """The input features the case uses that came with a release (``pdverify.properties.releases.FEATURES``):
         decode-side prefixes (the radix cache), host receive, a hybrid SWA pool (its tail pre-allocated), with the radix
-        cache; a pass given ``rids_to_check``; priority scheduling; the staging buffer; pages of more than one token."""
+        cache; a pass given ``rids_to_check``; a PP pass given the consensus; priority scheduling; the staging buffer;
+        pages of more than one token."""
         used = ["decode_prefixes"] if self.radix else []
         if self.page_size > 1:
             used.append("paged_transfer")
@@ -260,6 +282,8 @@ class DecodeQueueCase:
             used.append("swa_decode_prefix")
         if self.restrict:
             used.append("rids_to_check")
+        if self.pp_consensus:
+            used.append("pp_consensus")
         if any(r.receiver_failed is not None for r in self.requests):
             used.append("handshake_failure_abort")
         if any(r.receiver_failed == "abort" for r in self.requests):
@@ -269,6 +293,26 @@ class DecodeQueueCase:
         if self.staging:
             used.append("staging_buffer")
         return tuple(used)
+
+    def looked_at(self, index: int) -> bool:
+        """Whether the pass looks at request ``index``: every request, or those in ``rids_to_check`` (``restrict``),
+        or those in the PP consensus (``pp_consensus``)."""
+        r = self.requests[index]
+        if self.pp_consensus:
+            return r.consensus is not None
+        return r.checked or not self.restrict
+
+    def handshake_failed(self, index: int) -> bool:
+        """Whether the pass's handshake aborts request ``index`` (when it looks at it): its receiver failed, or - a
+        PP pass - the consensus put it in ``pp_bad_rids``."""
+        r = self.requests[index]
+        return r.consensus == "bad" if self.pp_consensus else r.receiver_failed is not None
+
+    def ready(self, index: int) -> bool:
+        """Whether request ``index``'s receiver is ready when admission reaches it (``waiting_for_input``): an earlier
+        pass saw it ready, or - a PP pass - the consensus put it in ``pp_good_rids``."""
+        r = self.requests[index]
+        return r.bootstrapped or (self.pp_consensus and r.consensus == "good")
 
     def to_host(self, index: int) -> bool:
         """Whether request ``index`` takes the host receive path when the pass reaches it."""

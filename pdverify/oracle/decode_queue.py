@@ -4,7 +4,10 @@ The contract (sglang 0.5.23): the pass first polls every queued request's KV rec
 receiver has failed (prefill reported the failure, or the client's abort aborted the receiver) is aborted, whether or
 not the other queued receivers are ready ("Receiver polling observes asynchronous failures while KV allocation is
 blocked", ``_update_handshake_waiters``). The pass looks at the queue in its order - priority order when priority
-scheduling is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. Every aborted request
+scheduling is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. A PP pass (pipeline
+parallelism, 0.5.17 on: #31869) is given the stages' consensus instead and polls no receiver: it looks only at the
+requests in ``pp_good_rids`` or ``pp_bad_rids``, aborts those in ``pp_bad_rids`` and takes those in ``pp_good_rids`` as
+ready, whatever this stage's receiver says now. Every aborted request
 it looks at fails: it leaves the queue, its receiver is released, and its abort is streamed unless it already was. It
 then admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would
 not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at the first request that
@@ -55,9 +58,16 @@ def expected_pass(
         order.sort(key=lambda i: reqs[i].priority)
     elif case.priority_order == "high_first":
         order.sort(key=lambda i: -reqs[i].priority)
-    looked_at = [i for i in order if reqs[i].checked or not case.restrict]
+    if case.pp_consensus:  # a PP pass looks at the consensus only, and takes its verdicts from it
+        looked_at = [i for i in order if reqs[i].consensus in ("good", "bad")]
+        handshake_failed = [reqs[i].consensus == "bad" for i in range(len(reqs))]
+        ready = [reqs[i].bootstrapped or reqs[i].consensus == "good" for i in range(len(reqs))]
+    else:
+        looked_at = [i for i in order if reqs[i].checked or not case.restrict]
+        handshake_failed = [reqs[i].receiver_failed is not None for i in range(len(reqs))]
+        ready = [reqs[i].bootstrapped for i in range(len(reqs))]
     # the handshake: a failed receiver the pass looks at aborts its request (a fresh abort, not yet streamed)
-    aborted = [reqs[i].aborted or reqs[i].receiver_failed is not None for i in range(len(reqs))]
+    aborted = [reqs[i].aborted or handshake_failed[i] for i in range(len(reqs))]
     failed = [i for i in looked_at if aborted[i]]
     streamed = [i for i in failed if not reqs[i].abort_streamed]
 
@@ -88,7 +98,7 @@ def expected_pass(
     on_host = 0
     for i in looked_at:
         r = reqs[i]
-        if aborted[i] or not r.bootstrapped:
+        if aborted[i] or not ready[i]:
             continue
         if buffers == 0:
             break

@@ -2,18 +2,19 @@
 (decode radix cache with device prefixes; HiCache host hits are the one-request port's).
 
 The pass polls every queued KV receiver first (``_update_handshake_waiters``): a request it looks at whose receiver
-failed is aborted. It sorts the queue by priority (when priority scheduling is on), fails the aborted requests it looks
-at, then admits in queue order: a request still bootstrapping is passed over, one whose LoRA adapter does not fit is
-passed over, and the pass stops at the first request without a metadata buffer, a request row or the token budget for
-``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check matches its device
-prefix and locks it; turned away there, it releases the lock. An admitted request gets a row (its prefix written to
-``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a metadata buffer, and its destination
-list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A rebootstrapped request matches nothing and holds and
-receives its outputs too. The budget after each admission is ``_allocatable_token_budgets(extra_reserved_reqs=<device
-admissions>)`` shifted to start at the case's budget: less the tokens allocated so far and what the admitted requests'
-headroom adds to the reserve. With a hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each
-admission charges its tail's page-aligned tokens and headroom, and then find SWA pages for its tail (it fails
-otherwise).
+failed is aborted. A PP pass (``pp_size > 1``) polls none: it looks at the stages' consensus only, aborts its bad
+requests and marks its good ones ready. It sorts the queue by priority (when priority scheduling is on), fails the
+aborted requests it looks at, then admits in queue order: a request still bootstrapping is passed over, one whose LoRA
+adapter does not fit is passed over, and the pass stops at the first request without a metadata buffer, a request row or
+the token budget for ``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check
+matches its device prefix and locks it; turned away there, it releases the lock. An admitted request gets a row (its
+prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a metadata buffer, and
+its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A rebootstrapped request matches nothing
+and holds and receives its outputs too. The budget after each admission is
+``_allocatable_token_budgets(extra_reserved_reqs=<device admissions>)`` shifted to start at the case's budget: less the
+tokens allocated so far and what the admitted requests' headroom adds to the reserve. With a hybrid SWA pool a request
+must also fit the SWA budget (stop otherwise), which each admission charges its tail's page-aligned tokens and headroom,
+and then find SWA pages for its tail (it fails otherwise).
 
 ``PreallocPass`` keeps each step a method so that the mutant catalogue can replace one at a time.
 """
@@ -65,9 +66,10 @@ class PreallocPass:
 
     def poll_receivers(self) -> None:
         """``_update_handshake_waiters``: every queued receiver is polled; a failed one the pass looks at aborts its
-        request (``prepare_abort``, 500) - a fresh abort, streamed by the abort scan."""
+        request (``prepare_abort``, 500) - a fresh abort, streamed by the abort scan. A PP pass polls no receiver: the
+        consensus's ``pp_bad_rids`` are aborted (``poll_and_all_reduce_pp``)."""
         for i in self.queue:
-            if self.looked_at(i) and self.case.requests[i].receiver_failed is not None:
+            if self.looked_at(i) and self.case.handshake_failed(i):
                 self.aborted.add(i)
 
     def sort_queue(self) -> None:
@@ -77,7 +79,8 @@ class PreallocPass:
             self.queue.sort(key=lambda i: self.case.requests[i].priority * sign)
 
     def looked_at(self, i: int) -> bool:
-        return not self.case.restrict or self.case.requests[i].checked
+        """``rids_to_check`` - in a PP pass, the consensus's good and bad requests."""
+        return self.case.looked_at(i)
 
     def fail_aborted(self) -> list[int]:
         failed = []
@@ -152,7 +155,7 @@ class PreallocPass:
     def verdict(self, i: int) -> str:
         """``"admit"``, ``"skip"`` (passed over: the next request may go) or ``"stop"`` (the pass ends here)."""
         req = self.case.requests[i]
-        if not self.looked_at(i) or i in self.removed or not req.bootstrapped:
+        if not self.looked_at(i) or i in self.removed or not self.case.ready(i):
             return "skip"
         if not self.free_buffers:
             return "stop"

@@ -216,6 +216,11 @@ FROM_RIDS_TO_CHECK = Contract(
     "decode's pre-allocation pass given rids_to_check (the decode PP event loop, #14945), first in sglang 0.5.7",
     "0.5.7",
 )
+FROM_PP_CONSENSUS = Contract(
+    "decode's pre-allocation pass given the pipeline stages' consensus (pp_good_rids / pp_bad_rids: the PP pass "
+    "polls no receiver, #31869), first in sglang 0.5.17",
+    "0.5.17",
+)
 FROM_HANDSHAKE_FAILURE_ABORT = Contract(
     "decode aborts a request whose KV receiver failed (prepare_abort, 500) where it raised 'Handshake failed' "
     "(#6504), first in sglang 0.4.6.post5",
@@ -321,6 +326,7 @@ FEATURES: dict[str, Contract] = {
     "dsv4_draft_state": FROM_DSV4_DRAFT_STATE,
     "dcp_prefill": FROM_DCP_PREFILL,
     "rids_to_check": FROM_RIDS_TO_CHECK,
+    "pp_consensus": FROM_PP_CONSENSUS,
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,

@@ -139,6 +139,17 @@ EXAMPLES = [
         R(8),
         restrict=True,
     ),
+    # a PP pass (pp_size > 1, 0.5.17 on, #31869): the stages' consensus decides, not this stage's receivers. The first
+    # request failed on another stage (bad), though its receiver here is ready: it fails. The second is good though no
+    # earlier pass saw it ready: admitted. The third's receiver failed here after the stages agreed it good: admitted
+    # all the same (the consensus is authoritative). The fourth is in neither list: left queued, though aborted
+    _queue(
+        R(6, consensus="bad"),
+        R(5, bootstrapped=False, consensus="good"),
+        R(7, receiver_failed="peer", consensus="good"),
+        R(8, aborted=True),
+        pp_consensus=True,
+    ),
 ]
 
 
@@ -156,6 +167,8 @@ def _events(case: DecodeQueueCase, trace: QueueTrace) -> None:
         note_event("LoRA")
     if case.restrict:
         note_event("rids_to_check")
+    if case.pp_consensus:
+        note_event("a PP pass (the stages' consensus)")
 
 
 def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
@@ -220,7 +233,7 @@ def test_q1_aborted_requests_fail(target: Target, device: str, case: DecodeQueue
     "Q2",
     "admission is first come first served in queue (or priority) order: requests still bootstrapping or whose "
     "LoRA adapter does not fit are passed over, the pass stops at the first without a metadata buffer, a request "
-    "row or the token budget, and never admits outside rids_to_check",
+    "row or the token budget, and never admits outside rids_to_check (a PP pass: outside the stages' consensus)",
     clauses=BUDGET_CLAUSES,
     needs=NEEDS,
     case=decode_queues(),
@@ -240,7 +253,7 @@ def test_q2_admission_order_and_stops(target: Target, device: str, case: DecodeQ
 @prop(
     "Q3",
     "the queue after the pass holds every request neither admitted nor failed, in the pass's order, and aborts none "
-    "of them (a failed receiver outside rids_to_check leaves its request as it was)",
+    "of them (a failed receiver outside rids_to_check or the PP consensus leaves its request as it was)",
     clauses=(*BUDGET_CLAUSES, Clause("aborts_left", title="no request left queued is aborted by the pass")),
     needs=NEEDS,
     case=decode_queues(),

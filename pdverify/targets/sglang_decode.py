@@ -721,7 +721,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
     the LoRA gate - ``Scheduler.can_schedule_lora_req`` (0.5.20 on) over the duck scheduler and the LoRA manager's
     own ``validate_lora_batch``, bound to a manager of the case's ``max_loras_per_batch`` - the staging handler's
-    ``register_decode_req`` (``_staging``), and the full-side budget (``_allocatable_token_budgets``,
+    ``register_decode_req`` (``_staging``), the PP handshake (``poll_and_all_reduce_pp`` over the case's consensus,
+    a stage of ``pp_size`` 2, 0.5.17 on), and the full-side budget (``_allocatable_token_budgets``,
     ``_allocatable_tokens`` to 0.5.11: the release's own, over the real allocator and the running batch, shifted by a
     constant to start at the case's budget - ``_release_budget``). Stand-ins: the SWA budget
     (``_swa_tail_allocatable_token_budget``: the case's SWA budget less the SWA pages and headroom this pass
@@ -777,7 +778,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             return int(decode.KVPoll.WaitingForInput if self.ready else decode.KVPoll.Bootstrapping)
 
         def failure_exception(self) -> None:
-            reason = "Aborted by AbortReq." if self.failed == "abort" else "prefill reported the transfer failed"
+            reason = {"abort": "Aborted by AbortReq.", "peer": "prefill reported the transfer failed"}.get(
+                str(self.failed), "failed on another pipeline stage (the PP consensus)"
+            )
             raise RuntimeError(f"room of {self.rid}: {reason}")
 
         def send_metadata(
@@ -930,6 +933,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         ),
         pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
     )
+    # a PP stage (pp_size > 1): the LoRA gate reads every microbatch's running batch (running_mbs; this stage's
+    # one here), the handshake the consensus
+    q.pp_size = 2 if case.pp_consensus else 1
+    q.scheduler.running_mbs = [q.scheduler.running_batch]
     q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
@@ -977,7 +984,13 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         _published(decode, disagg),
         _cpu_alloc_extend(),
     ):
-        popped = q.pop_preallocated(rids_to_check=checked) if restricted else q.pop_preallocated()
+        if case.pp_consensus:  # the PP scheduler's process_prealloc_queue: the consensus, in queue order
+            popped = q.pop_preallocated(
+                pp_good_rids=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "good"],
+                pp_bad_rids=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "bad"],
+            )
+        else:
+            popped = q.pop_preallocated(rids_to_check=checked) if restricted else q.pop_preallocated()
     if isinstance(popped, tuple):
         done, failed_rids = popped[0], [d.req.rid for d in popped[1]]
     else:
