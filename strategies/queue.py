@@ -36,27 +36,28 @@ def decode_queues(
     the client's abort aborted it) or not, rebootstrapped or first-time (each of the four rarities switched off for a
     whole pass half the time: swarm testing); FIFO or priority scheduling (either order, priorities 0..3 with ties);
     LoRA off or on with 1..3 adapter slots and each request on the base model or one of three adapters; the whole queue
-    looked at, only a ``rids_to_check`` subset or - a PP pass (0.5.17 on) - the stages' consensus (``_consensus``); 0..2
-    running requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows
-    from none to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in half
-    the passes exactly the first requests' fresh pages and headroom or one token less; in half the passes of the device
-    path without the radix cache (page size > 1; radix off, or a rebootstrapped request), exactly the fresh pages of the
-    requests the pass reaches before one and that one's charge (its raw length on that path) and headroom, with running
-    requests covering the output room; host receive off or on (host pages for the prompts and the reserve less a
-    shortfall, or in half the passes with a reserve one page short of a host-bound request's prompt and reserve). Within
-    the bound release's input domain: no failed receiver where decode raises on one (input feature
-    ``handshake_failure_abort``), no aborted receiver before the scheduler's abort handler aborts one
-    (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap before 0.5.16, no PP consensus before
-    0.5.17, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the simplest pass
-    admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the simplest pass
-    has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running requests on.
-    Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first request, a hybrid SWA pool one page short of the
-    last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of the first
-    request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones, the request
-    rows exactly the device-bound requests' and the host pool one page short of the last host-bound request's reserve.
-    Lean 4 adds a decode headroom, radix prefixes (where the release takes them with an SWA pool) and a hybrid SWA pool
-    whose SWA budget is one token short of the last live request's SWA admission test after the others' page-aligned
-    charges, the prompts one token past three pages (SWA tails that end inside a page)."""
+    looked at, only a ``rids_to_check`` subset or - a PP pass (0.5.17 on) - the stages' consensus (``_consensus``) and
+    the adapters of 0..2 requests running in its other microbatch; 0..2 running requests (retractable tokens, loaded
+    adapters); a decode headroom; free metadata buffers and request rows from none to one per request; free pages in a
+    fragmented order and a token budget from 0 to all of them - in half the passes exactly the first requests' fresh
+    pages and headroom or one token less; in half the passes of the device path without the radix cache (page size > 1;
+    radix off, or a rebootstrapped request), exactly the fresh pages of the requests the pass reaches before one and
+    that one's charge (its raw length on that path) and headroom, with running requests covering the output room; host
+    receive off or on (host pages for the prompts and the reserve less a shortfall, or in half the passes with a reserve
+    one page short of a host-bound request's prompt and reserve). Within the bound release's input domain: no failed
+    receiver where decode raises on one (input feature ``handshake_failure_abort``), no aborted receiver before the
+    scheduler's abort handler aborts one (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap
+    before 0.5.16, no PP consensus before 0.5.17, no host receive before 0.5.21, the early policy before 0.5.22.
+    Shortfalls shrink to none: the simplest pass admits every live bootstrapped request. The first choice is a lean
+    (``Choices.lean``): under one, the simplest pass has three requests of three pages on a page size above 1, with
+    priorities, LoRA, staging and running requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first
+    request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token short; lean
+    2 a token budget at the boundary of the first request. Lean 3 adds host receive instead: the second request
+    device-bound between two host-bound ones, the request rows exactly the device-bound requests' and the host pool one
+    page short of the last host-bound request's reserve. Lean 4 adds a decode headroom, radix prefixes (where the
+    release takes them with an SWA pool) and a hybrid SWA pool whose SWA budget is one token short of the last live
+    request's SWA admission test after the others' page-aligned charges, the prompts one token past three pages (SWA
+    tails that end inside a page)."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -151,6 +152,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         running=running,
         priority_order=order,
         max_loras=max_loras,
+        # a PP stage's other microbatch: its running requests' adapters (LoRA on; 0..2, shrinks to none)
+        microbatch_loras=tuple(c.pick(ADAPTERS) for _ in range(c.integer(0, 2))) if pp and max_loras else (),
         restrict=restrict,
         pp_consensus=pp,
         radix=radix,

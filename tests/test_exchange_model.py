@@ -130,6 +130,7 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (queue, {"allocation_policy": "prefill_complete", "radix": True}, "the server refuses it"),
         (queue, {"host_threshold": 1.5}, "must be fractions in [0, 1]"),
         (queue, {"pp_consensus": True, "restrict": True}, "a PP pass takes the consensus, never rids_to_check"),
+        (queue, {"microbatch_loras": ("a",)}, "other microbatches run only in a PP pass"),
         (queued, {"consensus": "maybe"}, "consensus='maybe' must be None or one of ('good', 'bad')"),
         (queue, {"host_free_pages": (0,)}, "host_free_pages must be distinct pages >= 1"),
         (queue, {"host_reserved_tokens": -1}, "host_reserved_tokens"),
@@ -168,6 +169,7 @@ def test_out_of_contract_cases_are_rejected(make: Any, kw: dict[str, Any], messa
         (queue, {"requests": ("r0",)}, "requests[0] must be a QueuedRequest"),
         (queue, {"running": ((4, 7),)}, "running lora must be an adapter name or None"),
         (queued, {"lora": 3}, "lora must be an adapter name or None"),
+        (queue, {"microbatch_loras": (1,), "pp_consensus": True}, "microbatch_loras must hold adapter names or None"),
     ],
 )
 def test_wrongly_typed_queue_fields_are_rejected(make: Any, kw: dict[str, Any], message: str) -> None:

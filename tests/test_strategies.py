@@ -203,6 +203,11 @@ def test_checksum_cases_keep_to_their_pools() -> None:
                                           and r.bootstrapped for r in c.requests)),
         ("a PP pass that leaves an aborted request outside the consensus queued",
          lambda c: c.pp_consensus and any(r.aborted and r.consensus is None for r in c.requests)),
+        ("a PP pass with an adapter loaded only in the other microbatch that turns a request away",
+         lambda c: c.pp_consensus and c.max_loras is not None and any(
+             r.lora not in {lo for _, lo in c.running} | set(c.microbatch_loras)
+             and len({lo for _, lo in c.running} | {r.lora}) <= c.max_loras
+             < len({lo for _, lo in c.running} | set(c.microbatch_loras) | {r.lora}) for r in c.requests)),
         ("a PP pass whose good list holds a receiver failed since",
          lambda c: c.pp_consensus and any(r.receiver_failed and r.consensus == "good" for r in c.requests)),
     ],

@@ -152,6 +152,10 @@ class DecodeQueueCase:
     the stages' consensus (``pp_good_rids``, ``pp_bad_rids``: the requests whose ``consensus`` is set). It looks at
     exactly those and polls no receiver: a request in ``pp_bad_rids`` is aborted (500), one in ``pp_good_rids`` is
     ready (``waiting_for_input``). Not with ``restrict``: SGLang refuses ``rids_to_check`` in PP mode."""
+    microbatch_loras: tuple[str | None, ...] = ()
+    """A PP pass: the LoRA adapters of the requests running in the stage's other microbatches (the scheduler's
+    ``running_mbs``; ``running`` is this microbatch's batch). Their adapters are loaded too: the LoRA gate counts every
+    microbatch's (only read with LoRA on)."""
     radix: bool = False
     """``--disaggregation-decode-enable-radix-cache``: requests match their ``prefix_pages``."""
     staging: bool = False
@@ -255,6 +259,11 @@ class DecodeQueueCase:
                 "pp_consensus=True with restrict=True: a PP pass takes the consensus, never rids_to_check "
                 "(pop_preallocated raises 'rids_to_check cannot be used in PP mode')"
             )
+        if self.microbatch_loras and not self.pp_consensus:
+            raise ValueError("microbatch_loras: other microbatches run only in a PP pass (pp_consensus=True)")
+        for lora in self.microbatch_loras:
+            if lora is not None and not isinstance(lora, str):
+                raise TypeError(f"microbatch_loras must hold adapter names or None, got {lora!r}")
         if self.allocation_policy not in ALLOCATION_POLICIES:
             raise ValueError(f"allocation_policy={self.allocation_policy!r} must be one of {ALLOCATION_POLICIES}")
         if self.allocation_policy == "prefill_complete":

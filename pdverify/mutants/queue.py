@@ -462,3 +462,19 @@ class _PpWholeQueue(PreallocPass):
 )
 def pp_whole_queue(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _PpWholeQueue(case, device).run()
+
+
+class _PpOneMicrobatch(PreallocPass):
+    def __init__(self, case: DecodeQueueCase, device: str) -> None:
+        super().__init__(case, device)
+        self.loaded = {lora for _, lora in case.running}  # the other microbatches' adapters left out
+
+
+@mutant(
+    "XQ39",
+    "decode_queue",
+    "missing term",
+    "a PP pass's LoRA gate counts this microbatch's running adapters only (running_batch, not running_mbs)",
+)
+def pp_one_microbatch(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PpOneMicrobatch(case, device).run()

@@ -72,6 +72,8 @@ def expected_pass(
     streamed = [i for i in failed if not reqs[i].abort_streamed]
 
     loaded = {lora for _, lora in case.running}
+    if case.pp_consensus:  # a PP stage's other microbatches hold their adapters too
+        loaded |= set(case.microbatch_loras)
     retractable = 0
     for tokens, _ in case.running:
         retractable += tokens

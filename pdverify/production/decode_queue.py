@@ -54,7 +54,8 @@ class PreallocPass:
         self.allocated_tokens = 0
         self.device_admitted = 0
         self.swa_committed = 0
-        self.loaded = {lora for _, lora in case.running}
+        # loaded adapters: the running batch's - in a PP pass every microbatch's (``running_mbs``)
+        self.loaded = {lora for _, lora in case.running} | set(case.microbatch_loras if case.pp_consensus else ())
         self.removed: set[int] = set()
         self.events: list[tuple[str, int]] = []
         self.locks: set[int] = set()

@@ -150,6 +150,16 @@ EXAMPLES = [
         R(8, aborted=True),
         pp_consensus=True,
     ),
+    # a PP pass with LoRA: the stage's other microbatch runs adapter b, this one a; two slots. The first request's
+    # adapter c would make three loaded adapters: passed over; the second (a) is admitted
+    _queue(
+        R(5, lora="c", consensus="good"),
+        R(6, lora="a", consensus="good"),
+        running=((4, "a"),),
+        microbatch_loras=("b",),
+        max_loras=2,
+        pp_consensus=True,
+    ),
 ]
 
 

@@ -933,10 +933,11 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         ),
         pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: SimpleNamespace(full_token_usage=case.pool_usage)),
     )
-    # a PP stage (pp_size > 1): the LoRA gate reads every microbatch's running batch (running_mbs; this stage's
-    # one here), the handshake the consensus
+    # a PP stage (pp_size > 1): the LoRA gate reads every microbatch's running batch (running_mbs: this one's, then
+    # the other microbatch's requests), the handshake the consensus
     q.pp_size = 2 if case.pp_consensus else 1
-    q.scheduler.running_mbs = [q.scheduler.running_batch]
+    other = [_request(f"mb{k}", 4, 0, lora=lora) for k, lora in enumerate(case.microbatch_loras)]
+    q.scheduler.running_mbs = [q.scheduler.running_batch, SimpleNamespace(reqs=other)]
     q.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(case.metadata_buffers)
     q.req_to_token_pool = req_pool
     q.token_to_kv_pool_allocator = allocator
