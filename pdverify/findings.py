@@ -217,12 +217,18 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     got, budget, ps = int(q4.group(1)), int(q4.group(2)), int(kwargs["case"].page_size)
     if not _budget_read_once():
         return 0 < got - budget < ps
-    # T11 too, and T23/T24's unpolled failed receivers (a request admitted that should have failed)
+    # T11 too, T23/T24's unpolled failed receivers (a request admitted that should have failed), and T17's arrival
+    # order (no priority sort in the pass before 0.5.12)
+    from dataclasses import replace
+
     from pdverify.properties.releases import DOMAIN
 
+    case = kwargs["case"]
     skips = (False, True) if DOMAIN.release in T24_RELEASES else (False,)
+    orders = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
     passes = [
-        _defective_queue_pass(kwargs["case"], raw_fill=True, lora_gate=g, skip_ready_polls=skip)
+        _defective_queue_pass(variant, raw_fill=True, lora_gate=g, skip_ready_polls=skip)
+        for variant in orders
         for g in (True, False)
         for skip in skips
     ]

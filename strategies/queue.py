@@ -36,28 +36,28 @@ def decode_queues(
     the client's abort aborted it) or not, rebootstrapped or first-time (each of the four rarities switched off for a
     whole pass half the time: swarm testing); FIFO or priority scheduling (either order, priorities 0..3 with ties);
     LoRA off or on with 1..3 adapter slots and each request on the base model or one of three adapters; the whole queue
-    looked at, only a ``rids_to_check`` subset or - a PP pass (0.5.17 on) - the stages' consensus (``_consensus``) and
-    the adapters of 0..2 requests running in its other microbatch; 0..2 running requests (retractable tokens, loaded
-    adapters); a decode headroom; free metadata buffers and request rows from none to one per request; free pages in a
-    fragmented order and a token budget from 0 to all of them - in half the passes exactly the first requests' fresh
-    pages and headroom or one token less; in half the passes of the device path without the radix cache (page size > 1;
-    radix off, or a rebootstrapped request), exactly the fresh pages of the requests the pass reaches before one and
-    that one's charge (its raw length on that path) and headroom, with running requests covering the output room; host
-    receive off or on (host pages for the prompts and the reserve less a shortfall, or in half the passes with a reserve
-    one page short of a host-bound request's prompt and reserve). Within the bound release's input domain: no failed
-    receiver where decode raises on one (input feature ``handshake_failure_abort``), no aborted receiver before the
-    scheduler's abort handler aborts one (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap
-    before 0.5.16, no PP consensus before 0.5.17, no host receive before 0.5.21, the early policy before 0.5.22.
-    Shortfalls shrink to none: the simplest pass admits every live bootstrapped request. The first choice is a lean
-    (``Choices.lean``): under one, the simplest pass has three requests of three pages on a page size above 1, with
-    priorities, LoRA, staging and running requests on. Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first
-    request, a hybrid SWA pool one page short of the last locked request's tail and a token budget one token short; lean
-    2 a token budget at the boundary of the first request. Lean 3 adds host receive instead: the second request
-    device-bound between two host-bound ones, the request rows exactly the device-bound requests' and the host pool one
-    page short of the last host-bound request's reserve. Lean 4 adds a decode headroom, radix prefixes (where the
-    release takes them with an SWA pool) and a hybrid SWA pool whose SWA budget is one token short of the last live
-    request's SWA admission test after the others' page-aligned charges, the prompts one token past three pages (SWA
-    tails that end inside a page)."""
+    looked at, only a ``rids_to_check`` subset or - a PP pass (0.5.17 on) - the stages' consensus (``_consensus``; the
+    restricted pass from 0.5.17) and the adapters of 0..2 requests running in its other microbatch; 0..2 running
+    requests (retractable tokens, loaded adapters); a decode headroom; free metadata buffers and request rows from none
+    to one per request; free pages in a fragmented order and a token budget from 0 to all of them - in half the passes
+    exactly the first requests' fresh pages and headroom or one token less; in half the passes of the device path
+    without the radix cache (page size > 1; radix off, or a rebootstrapped request), exactly the fresh pages of the
+    requests the pass reaches before one and that one's charge (its raw length on that path) and headroom, with running
+    requests covering the output room; host receive off or on (host pages for the prompts and the reserve less a
+    shortfall, or in half the passes with a reserve one page short of a host-bound request's prompt and reserve). Within
+    the bound release's input domain: no failed receiver where decode raises on one (input feature
+    ``handshake_failure_abort``), no aborted receiver before the scheduler's abort handler aborts one
+    (``prealloc_receiver_abort``), no radix cache before 0.5.11, no rebootstrap before 0.5.16, no PP consensus before
+    0.5.17, no host receive before 0.5.21, the early policy before 0.5.22. Shortfalls shrink to none: the simplest pass
+    admits every live bootstrapped request. The first choice is a lean (``Choices.lean``): under one, the simplest pass
+    has three requests of three pages on a page size above 1, with priorities, LoRA, staging and running requests on.
+    Leans 1 and 2 add radix prefixes - lean 1 a rebootstrapped first request, a hybrid SWA pool one page short of the
+    last locked request's tail and a token budget one token short; lean 2 a token budget at the boundary of the first
+    request. Lean 3 adds host receive instead: the second request device-bound between two host-bound ones, the request
+    rows exactly the device-bound requests' and the host pool one page short of the last host-bound request's reserve.
+    Lean 4 adds a decode headroom, radix prefixes (where the release takes them with an SWA pool) and a hybrid SWA pool
+    whose SWA budget is one token short of the last live request's SWA admission test after the others' page-aligned
+    charges, the prompts one token past three pages (SWA tails that end inside a page)."""
     check_int("max_requests", max_requests, minimum=1)
     check_int("max_length", max_length, minimum=1)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -86,9 +86,10 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = c.pick(PRIORITY_ORDERS) if c.boolean(lean=True) else None
     order = order if DOMAIN.has("priority_scheduling") else None
     max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
-    restrict = c.boolean() and DOMAIN.has("rids_to_check")  # the decode PP loop's rids_to_check (#14945, 0.5.7)
-    # the PP loop's consensus form (#31869, 0.5.17), in place of rids_to_check, which a PP pass refuses
-    pp = c.boolean() and DOMAIN.has("pp_consensus")
+    # the decode PP loop's pass: given rids_to_check (#14945, 0.5.7), or from 0.5.17 the stages' consensus (#31869),
+    # the form every PP scheduler from then on passes (none passes rids_to_check any more, and a PP pass refuses it)
+    restrict = c.boolean() and DOMAIN.has("rids_to_check")
+    pp = restrict and DOMAIN.has("pp_consensus")
     restrict = restrict and not pp
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it

@@ -708,3 +708,28 @@ def test_t25_t26_are_crashes_of_the_sampling_info() -> None:
     assert not t25.explanation("P27")({}, int64) and not t26.explanation("P19")({}, none_eos)
     assert t26.explanation("P19")({}, int32 + "to type int32 without overflow") and t26.explanation("P30")({}, int64)
     assert not t26.explanation("P19")({}, "seq_lens [1] != expected [2]")
+
+
+def test_t3_with_t17s_arrival_order() -> None:
+    """0.5.3-0.5.10.post1 read the budget once and do not sort the queue by priority (T17): Q4's overshoot is the
+    raw-length pass in arrival order (generated on 0.5.3-0.5.6.post2: four requests, the 23-token one first in arrival
+    and last in priority, a 25-token budget; the release admits it and two 1-token ones, 48 tokens)."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+
+    t3 = KNOWN["T3"]
+    one = QueuedRequest(length=1, output_len=0, max_new_tokens=1)
+    case = DecodeQueueCase(page_size=12, requests=(replace(one, length=23, priority=1), one, one, one),
+                           free_pages=tuple(range(1, 10)), metadata_buffers=4, request_rows=4, token_budget=25,
+                           running=((1, None),), priority_order="low_first", max_loras=1)  # fmt: skip
+    args = {"case": case}
+
+    def explained() -> None:
+        assert t3.explanation("Q4")(args, "48 tokens allocated, the budget was 25")
+        assert not t3.explanation("Q4")(args, "60 tokens allocated, the budget was 25"), "no order allocates 60"
+
+    def not_after_the_sort() -> None:
+        assert not t3.explanation("Q4")(args, "48 tokens allocated, the budget was 25")
+
+    _bound("0.5.3", explained)
+    # 0.5.12 on sorts: arrival order explains nothing there (and the budget is re-read: less than a page over)
+    _bound("0.5.12", not_after_the_sort)
