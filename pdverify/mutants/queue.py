@@ -416,27 +416,6 @@ def poll_ignores_rids_to_check(case: DecodeQueueCase, device: str) -> QueueTrace
     return _PollIgnoresRidsToCheck(case, device).run()
 
 
-class _PpPollsReceivers(PreallocPass):
-    def poll_receivers(self) -> None:
-        # the stage polls its own receivers as a pass without PP does; the consensus's verdicts are dropped
-        self.aborted.update(i for i in self.queue if self.looked_at(i) and self.case.requests[i].receiver_failed)
-
-    def verdict(self, i: int) -> str:
-        if self.case.pp_consensus and self.looked_at(i) and not self.case.requests[i].bootstrapped:
-            return "skip"
-        return super().verdict(i)
-
-
-@mutant(
-    "XQ36",
-    "decode_queue",
-    "ignored argument",
-    "a PP pass polls its own receivers instead of taking the consensus (the stages can diverge: #31869's fix undone)",
-)
-def pp_polls_receivers(case: DecodeQueueCase, device: str) -> QueueTrace:
-    return _PpPollsReceivers(case, device).run()
-
-
 class _PpGoodNotReady(PreallocPass):
     def verdict(self, i: int) -> str:
         if self.case.pp_consensus and self.looked_at(i) and not self.case.requests[i].bootstrapped:
@@ -447,6 +426,22 @@ class _PpGoodNotReady(PreallocPass):
 @mutant("XQ37", "decode_queue", "missing update", "a PP pass does not mark the consensus's good requests ready")
 def pp_good_not_ready(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _PpGoodNotReady(case, device).run()
+
+
+class _PpPollsReceivers(_PpGoodNotReady):
+    def poll_receivers(self) -> None:
+        # the stage polls its own receivers as a pass without PP does: neither consensus list is read
+        self.aborted.update(i for i in self.queue if self.looked_at(i) and self.case.requests[i].receiver_failed)
+
+
+@mutant(
+    "XQ36",
+    "decode_queue",
+    "ignored argument",
+    "a PP pass polls its own receivers instead of taking the consensus (the stages can diverge: #31869's fix undone)",
+)
+def pp_polls_receivers(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _PpPollsReceivers(case, device).run()
 
 
 class _PpWholeQueue(PreallocPass):
