@@ -75,6 +75,18 @@ def test_first_difference_names_its_kind_and_path() -> None:
     assert first_difference(e, f) == ("fields", "returns", [], ["y"])
 
 
+def test_a_crash_at_the_same_place_is_the_same_whatever_its_line() -> None:
+    """Two releases that crash at the same spot of the same file, with the lines before it moved, behave alike; another
+    file, another error or another message is a difference."""
+    at = {"message": "building the sampling info raised ValueError at sampling_batch_info.py:97: Overflow"}
+    moved = {"message": "building the sampling info raised ValueError at sampling_batch_info.py:118: Overflow"}
+    assert first_difference(at, moved) is None
+    other_file = {"message": "building the sampling info raised ValueError at min_new_tokens.py:97: Overflow"}
+    assert first_difference(at, other_file) == ("values", "message", at["message"], other_file["message"])
+    other_text = {"message": "building the sampling info raised ValueError at sampling_batch_info.py:97: int32"}
+    assert first_difference(at, other_text) is not None
+
+
 def test_compare_units_counts_differences_and_presence() -> None:
     older = {"u": [{"returns": 1}, {"returns": 2}], "gone": [{"returns": 1}], "never": "no such code"}
     newer = {"u": [{"returns": 1}, {"returns": 3}], "gone": "not supplied", "never": "no such code"}
