@@ -141,7 +141,11 @@ def _t25_shows(kwargs: Mapping[str, Any]) -> bool:
     token (``eos_token_id`` None)."""
     batch = kwargs.get("batch")
     reqs = getattr(batch, "reqs", ())
-    return getattr(batch, "eos_token_id", 0) is None and any(r.sampling.min_new_tokens > 0 for r in reqs)
+    return (
+        getattr(batch, "eos_token_id", 0) is None
+        and not getattr(batch, "skip_tokenizer_init", False)
+        and any(r.sampling.min_new_tokens > 0 for r in reqs)
+    )
 
 
 def _t25_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -150,6 +154,23 @@ def _t25_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     del kwargs
     return message.startswith("building the sampling info raised TypeError at min_new_tokens.py:") and (
         "'NoneType' object cannot be interpreted as an integer" in message
+    )
+
+
+def _t27_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A batch with a request that asks for ``min_new_tokens`` on a server started with ``--skip-tokenizer-init``
+    (no tokenizer: the scheduler hands each request None)."""
+    batch = kwargs.get("batch")
+    reqs = getattr(batch, "reqs", ())
+    return bool(getattr(batch, "skip_tokenizer_init", False)) and any(r.sampling.min_new_tokens > 0 for r in reqs)
+
+
+def _t27_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The message when the ``min_new_tokens`` penalizer read the stop tokens of a request's tokenizer that is None
+    (``min_new_tokens.py``: ``req.tokenizer.additional_stop_token_ids``)."""
+    del kwargs
+    return message.startswith("building the sampling info raised AttributeError at min_new_tokens.py:") and (
+        "'NoneType' object has no attribute" in message
     )
 
 
@@ -1233,6 +1254,10 @@ T23_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.9.post5") : QUEUE_RELEAS
 T25_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY)
 """T25's releases: every release to 0.5.16 (fixed in 0.5.17, upstream #31973)."""
 
+T27_RELEASES = T25_RELEASES[: T25_RELEASES.index("0.5.14")]
+"""T27's releases: every release to 0.5.13.post1 (0.5.14's ``SamplingParams.normalize`` refuses ``min_new_tokens``
+without a tokenizer, upstream #27882)."""
+
 T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
 """T26's releases: from 0.5.3 (deterministic inference and the sampling seed, #10645/#10678) to 0.5.20 (0.5.21's
 ``SamplingParams.verify`` refuses a seed outside a signed 64-bit integer)."""
@@ -1273,6 +1298,21 @@ KNOWN: dict[str, KnownDefect] = {
             _t25_explains,
             also=PREBUILT_OBSERVERS,
             narrower=(("P24", T25_RELEASES[T25_RELEASES.index("0.5.6") :]),),
+        ),
+        KnownDefect(
+            "T27",
+            "P19",
+            "sglang",
+            T27_RELEASES,
+            "a request that asks for min_new_tokens on a server started with --skip-tokenizer-init: the decode "
+            "scheduler hands the request no tokenizer (None), the min_new_tokens penalizer reads its stop tokens, "
+            "SamplingBatchInfo.from_schedule_batch raises AttributeError and the decode scheduler's PREBUILT batch - "
+            "and the scheduler - dies (fixed in 0.5.14, whose SamplingParams.normalize refuses such a request, "
+            "upstream #27882)",
+            _t27_shows,
+            _t27_explains,
+            also=PREBUILT_OBSERVERS,
+            narrower=(("P24", T27_RELEASES[T27_RELEASES.index("0.5.6") :]),),
         ),
         KnownDefect(
             "T26",

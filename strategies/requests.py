@@ -173,8 +173,11 @@ def batches(
 ) -> st.SearchStrategy[PrebuiltBatch]:
     """A PREBUILT batch of ``min_requests..max_requests`` requests on distinct, shuffled rows of an int32
     request-to-token table (plus ``spare_rows`` unused rows); rows are paged with distinct slot values
-    across the table; ``return_logprob`` on or off. With ``min_requests`` 0 an empty batch is a rarity (one in
-    16): decode never prepares one, and the simplest example is a batch of one request."""
+    across the table; ``return_logprob`` on or off; the decode server's sampling configuration (custom logit
+    processors, deterministic inference, its tokenizer's eos or none, and one server in eight of all - a quarter of
+    the laid-out ones - started with ``--skip-tokenizer-init``, so no tokenizer at all). With ``min_requests`` 0 an
+    empty batch is a rarity (one in 16): decode never prepares one, and the simplest example is a batch of one
+    request."""
     check_int("min_requests", min_requests)
     check_int("max_requests", max_requests)
     check_int("max_prompt", max_prompt)
@@ -230,11 +233,19 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
         rng.shuffle(order)
     table = [token_locations(order[r * per_row : (r + 1) * per_row], width, ps) for r in range(rows)]
     # the server's sampling configuration, from the same seed (seed 0: every flag off, a tokenizer without eos)
+    logprob = bool(layout) and rng.random() < 0.5
+    custom = bool(layout) and rng.random() < 0.5
+    deterministic = bool(layout) and rng.random() < 0.5 and DOMAIN.has("deterministic_inference")
+    eos = None if not layout or rng.random() < 0.25 else rng.randrange(32)
+    # drawn last, so that the draws above stay what they were: one server in four loads no tokenizer (and so has
+    # no eos); SGLang's own validation decides which requests such a server takes
+    skip_tokenizer = bool(layout) and rng.random() < 0.25
     return PrebuiltBatch(
         reqs,
         table,
-        return_logprob=bool(layout) and rng.random() < 0.5,
-        enable_custom_logit_processor=bool(layout) and rng.random() < 0.5,
-        enable_deterministic_inference=bool(layout) and rng.random() < 0.5 and DOMAIN.has("deterministic_inference"),
-        eos_token_id=None if not layout or rng.random() < 0.25 else rng.randrange(32),
+        return_logprob=logprob,
+        enable_custom_logit_processor=custom,
+        enable_deterministic_inference=deterministic,
+        eos_token_id=None if skip_tokenizer else eos,
+        skip_tokenizer_init=skip_tokenizer,
     )

@@ -163,3 +163,23 @@ def test_validate_batch_logprob_and_widths() -> None:
     req.logprob = None  # type: ignore[assignment]
     with pytest.raises(ValueError, match="logprob settings are required"):
         validate_batch(PrebuiltBatch([req], [[0] * 5], return_logprob=True))
+
+
+def test_a_server_without_a_tokenizer_has_no_eos() -> None:
+    """``--skip-tokenizer-init`` loads no tokenizer: a batch that also names a tokenizer eos is refused, naming both."""
+    with pytest.raises(ValueError, match=r"eos_token_id=3 with skip_tokenizer_init: .*must be None"):
+        validate_batch(PrebuiltBatch([], [[0]], eos_token_id=3, skip_tokenizer_init=True))
+    assert PrebuiltBatch([], [[0]], skip_tokenizer_init=True).server_flags() == {"skip_tokenizer_init": True}
+
+
+def test_the_port_refuses_min_new_tokens_without_a_tokenizer() -> None:
+    """0.5.23's ``SamplingParams.normalize`` refuses ``min_new_tokens`` on a server without a tokenizer (#27882): the
+    port's scheduler scope refuses it alike, and takes the same request where the server has a tokenizer."""
+    from pdverify.model.batch import SamplingSettings
+    from pdverify.targets.protocol import ServerRefuses
+
+    req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=2))
+    with pytest.raises(ServerRefuses, match="min_new_tokens=2: unavailable with --skip-tokenizer-init"):
+        run_prepare_for_prebuilt(load_target("pdverify"), PrebuiltBatch([req], [[1]], skip_tokenizer_init=True), "cpu")
+    out = run_prepare_for_prebuilt(load_target("pdverify"), PrebuiltBatch([req], [[1]], eos_token_id=1), "cpu")
+    assert out.fields["extend_num_tokens"] == 1

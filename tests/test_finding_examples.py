@@ -126,19 +126,23 @@ def test_bad_records_are_refused_naming_the_entry(tmp_path: Path) -> None:
 
 
 def test_a_refusal_on_the_fixing_release_is_a_fix_only_where_the_record_says_so(tmp_path: Path) -> None:
-    """T26's fix is 0.5.21's admission check: there its examples are refused (``fixed_by: refusal``). A refused
-    example whose record does not say so, or one refused where the finding is recorded, is not as recorded; an
-    unknown ``fixed_by`` is refused at load."""
+    """T26's fix is 0.5.21's admission check, T27's 0.5.14's: there their examples are refused (``fixed_by:
+    refusal``). A refused example whose record does not say so, or one refused where the finding is recorded, is not
+    as recorded; an unknown ``fixed_by`` is refused at load."""
     from pdverify.replay import Replay
 
     t26 = next(e for e in EXAMPLES if e.finding == "T26" and e.shape == "shrunk")
-    assert t26.fixed_by == "refusal" and all(e.fixed_by is None for e in EXAMPLES if e.finding != "T26")
+    assert t26.fixed_by == "refusal" and all(e.fixed_by is None for e in EXAMPLES if e.finding not in ("T26", "T27"))
+    assert all(e.fixed_by == "refusal" for e in EXAMPLES if e.finding == "T27")
     plain = FindingExample(t26.finding, t26.property, t26.shape, t26.flags, t26.what, t26.args)
     assert Replay(t26, "0.5.21", "fixed", "refused", "verify refuses").ok
     assert not Replay(plain, "0.5.21", "fixed", "refused", "verify refuses").ok
     assert not Replay(t26, "0.5.20", "reproduced", "refused", "verify refuses").ok
     # the pdverify port refuses a seed past 64 bits as 0.5.23's verify does: the replay says refused, never passed
     assert replay(t26, load_target("pdverify"), "fixed").outcome == "refused"
+    # and min_new_tokens without a tokenizer as 0.5.23's normalize does
+    t27 = next(e for e in EXAMPLES if e.finding == "T27" and e.shape == "production")
+    assert replay(t27, load_target("pdverify"), "fixed").outcome == "refused"
     path = tmp_path / "examples.json"
     row = {k: v for k, v in json.loads(EXAMPLES_FILE.read_text())["examples"][0].items() if k != "fixed_by"}
     path.write_text(json.dumps({"examples": [{**row, "fixed_by": "patch"}]}))

@@ -710,6 +710,31 @@ def test_t25_t26_are_crashes_of_the_sampling_info() -> None:
     assert not t26.explanation("P19")({}, "seq_lens [1] != expected [2]")
 
 
+def test_t27_is_the_penalizer_without_a_tokenizer() -> None:
+    """T27 (to 0.5.13.post1): ``min_new_tokens`` on a server started with ``--skip-tokenizer-init`` - no tokenizer at
+    all, where T25's has one without an eos. Each signature leaves the other's batches out, and T27 explains only
+    the penalizer's ``AttributeError`` on the None tokenizer."""
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+
+    t25, t27 = KNOWN["T25"], KNOWN["T27"]
+    assert (t27.releases[0], t27.releases[-1]) == ("0.4.4.post2", "0.5.13.post1")
+    assert t27.properties() == t25.properties() and t27.releases_for("P24")[0] == "0.5.6"
+
+    def batch(skip: bool, min_new_tokens: int) -> dict[str, Any]:
+        req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=min_new_tokens))
+        return {"batch": PrebuiltBatch([req], [[1]], skip_tokenizer_init=skip)}
+
+    assert t27.shows(batch(True, 1)) and not t27.shows(batch(True, 0)) and not t27.shows(batch(False, 1))
+    assert t25.shows(batch(False, 1)) and not t25.shows(batch(True, 1))
+    no_tokenizer = ("building the sampling info raised AttributeError at min_new_tokens.py:31: 'NoneType' object has "
+                    "no attribute 'additional_stop_token_ids'")  # fmt: skip
+    none_eos = ("building the sampling info raised TypeError at min_new_tokens.py:27: 'NoneType' object cannot be "
+                "interpreted as an integer")  # fmt: skip
+    assert t27.explanation("P19")({}, no_tokenizer) and t27.explanation("P30")({}, no_tokenizer)
+    assert not t27.explanation("P19")({}, none_eos) and not t25.explanation("P19")({}, no_tokenizer)
+    assert not t27.explanation("P19")({}, "seq_lens [1] != expected [2]")
+
+
 def test_t3_with_t17s_arrival_order() -> None:
     """0.5.3-0.5.10.post1 read the budget once and do not sort the queue by priority (T17): Q4's overshoot is the
     raw-length pass in arrival order (generated on 0.5.3-0.5.6.post2: four requests, the 23-token one first in arrival

@@ -129,8 +129,9 @@ def test_the_server_flags_reach_the_release() -> None:
 
 
 def test_p27_fails_when_the_flags_are_not_published() -> None:
-    """A scheduler scope that publishes the server at its defaults whatever the batch's flags: the release's sampling
-    info runs no processor and keeps no seeds, and P27's clauses see it."""
+    """A scheduler scope that publishes the server's sampling flags at their defaults whatever the batch's (its
+    tokenizer stays the batch's): the release's sampling info runs no processor and keeps no seeds, and P27's
+    clauses see it."""
     from types import SimpleNamespace
 
     from pdverify.runner import load_properties, run_property
@@ -139,10 +140,52 @@ def test_p27_fails_when_the_flags_are_not_published() -> None:
     target = release_target()
 
     def unpublished(batch: Any) -> Any:
-        batch.pdverify_server = SimpleNamespace(flags=(), eos_token_id=batch.pdverify_server.eos_token_id)
+        server = batch.pdverify_server
+        tokenizer = tuple((k, v) for k, v in server.flags if k == "skip_tokenizer_init")
+        batch.pdverify_server = SimpleNamespace(flags=tokenizer, eos_token_id=server.eos_token_id)
         return prebuilt_scheduler(batch)
 
     info = load_properties()["P27"]
     run = run_property(info, target.derive("unpublished", scheduler_scope=unpublished))
     assert run.status == "failed", run.message
     assert "custom logit processors run on rows None" in run.message or "no seed column" in run.message, run.message
+
+
+def test_a_server_without_a_tokenizer() -> None:
+    """``--skip-tokenizer-init``: each request gets the scheduler's tokenizer, None, and the tokenizer manager's own
+    ``normalize(None)`` runs first. A request asking for ``min_new_tokens`` is refused there from 0.5.14 (#27882);
+    before, the release's penalizer reads the stop tokens of None (T27). Without ``min_new_tokens`` it is served."""
+    from dataclasses import replace
+
+    from sglang.srt.sampling import sampling_params
+
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+    from pdverify.targets.layouts import SamplingInfoRaised, run_prepare_for_prebuilt
+    from pdverify.targets.protocol import ServerRefuses
+
+    target = release_target()
+    plain = PrebuiltBatch([Request(0, 0, 3, [1, 2, 3])], [[4, 5, 6]], skip_tokenizer_init=True)
+    out = run_prepare_for_prebuilt(target, plain, "cpu")
+    assert [r.tokenizer for r in out.batch_object.reqs] == [None]
+    asking = replace(plain, reqs=[Request(0, 0, 3, [1, 2, 3], sampling=SamplingSettings(min_new_tokens=2))])
+    if hasattr(sampling_params, "raise_if_tokenizer_required"):
+        with pytest.raises(ServerRefuses, match="min_new_tokens=2 is unavailable when skip_tokenizer_init"):
+            run_prepare_for_prebuilt(target, asking, "cpu")
+    else:
+        with pytest.raises(SamplingInfoRaised, match=r"AttributeError at min_new_tokens\.py:\d+: 'NoneType' object"):
+            run_prepare_for_prebuilt(target, asking, "cpu")
+
+
+def test_p19_sees_t27_where_the_release_took_the_request() -> None:
+    """With #27882's check planted away (0.5.14 on), the release takes ``min_new_tokens`` on a server without a
+    tokenizer, and P19 fails on the penalizer's crash - a new failure there, T27 being recorded only before 0.5.14."""
+    from sglang.srt.sampling import sampling_params
+
+    from pdverify.runner import load_properties, run_property
+
+    if not hasattr(sampling_params, "raise_if_tokenizer_required"):
+        pytest.skip("the release has no tokenizer check to plant away (T27 is recorded for it)")
+    with mock.patch.object(sampling_params, "raise_if_tokenizer_required", lambda *a, **k: None):
+        run = run_property(load_properties()["P19"], release_target())
+    assert run.status == "failed", run.message
+    assert "AttributeError at min_new_tokens.py" in run.message and "'NoneType' object has no attribute" in run.message

@@ -280,3 +280,22 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
     """Prefill's side of an exchange with an SWA window list always reads it through its own SWA pool."""
     pre, _ = pair
     assert (pre.swa_pages is not None) == any(k in ("SWA", "BLOCK_SCALE_SWA") for k in pre.state_types)
+
+
+@pytest.mark.parametrize(
+    ("what", "reached"),
+    [
+        ("a server started with --skip-tokenizer-init, a request asking for min_new_tokens",
+         lambda b: b.skip_tokenizer_init and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
+        ("a server started with --skip-tokenizer-init, no request asking for min_new_tokens",
+         lambda b: b.skip_tokenizer_init and b.reqs and all(r.sampling.min_new_tokens == 0 for r in b.reqs)),
+        ("a tokenizer without eos, a request asking for min_new_tokens",
+         lambda b: not b.skip_tokenizer_init and b.eos_token_id is None
+         and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
+    ],
+)  # fmt: skip
+def test_batches_reach_a_server_without_a_tokenizer(what: str, reached: Any) -> None:
+    """The decode server's tokenizer is drawn in its three forms the penalizer reads differently: one with an eos,
+    one without (T25), and none at all (``--skip-tokenizer-init``, T27): a strategy that always handed requests a
+    tokenizer could not reach T27, nor check that a release refuses what needs one."""
+    find(batches(), reached, settings=settings(max_examples=2000, database=None))

@@ -105,7 +105,9 @@ class PrebuiltBatch:
     ``req_to_token`` holds the table's rows as host lists (int32 values, as ``ReqToTokenPool`` stores them).
     The decode server's configuration the sampling info reads: ``--enable-custom-logit-processor``,
     ``--enable-deterministic-inference``, and its tokenizer's end-of-sequence token (``eos_token_id``, None for a
-    tokenizer that has none), which ``min_new_tokens`` holds back.
+    tokenizer that has none), which ``min_new_tokens`` holds back. ``skip_tokenizer_init`` is
+    ``--skip-tokenizer-init``: the server loads no tokenizer (its scheduler hands each request None), so
+    ``eos_token_id`` must be None with it.
     """
 
     reqs: list[Request]
@@ -115,12 +117,14 @@ class PrebuiltBatch:
     enable_custom_logit_processor: bool = False
     enable_deterministic_inference: bool = False
     eos_token_id: int | None = None
+    skip_tokenizer_init: bool = False
 
     def server_flags(self) -> dict[str, bool]:
         """The server flags set (``ServerArgs`` field -> True): what a release without the flag refuses."""
         flags = {
             "enable_custom_logit_processor": self.enable_custom_logit_processor,
             "enable_deterministic_inference": self.enable_deterministic_inference,
+            "skip_tokenizer_init": self.skip_tokenizer_init,
         }
         return {k: v for k, v in flags.items() if v}
 
@@ -168,6 +172,11 @@ class PrebuiltOutcome:
 
 def validate_batch(batch: PrebuiltBatch) -> None:
     """The contract of a batch ``prepare_for_prebuilt`` is defined on; ``ValueError`` names request and field."""
+    if batch.skip_tokenizer_init and batch.eos_token_id is not None:
+        raise ValueError(
+            f"eos_token_id={batch.eos_token_id} with skip_tokenizer_init: a server started with --skip-tokenizer-init "
+            "has no tokenizer, so no tokenizer end-of-sequence token (eos_token_id must be None)"
+        )
     rows = batch.req_to_token
     width = len(rows[0]) if rows else 0
     for r, row in enumerate(rows):

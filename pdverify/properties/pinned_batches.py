@@ -7,10 +7,14 @@ from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
 SAMPLING_BATCHES = (
     PrebuiltBatch([Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))], [[1]], eos_token_id=None),
     PrebuiltBatch(
+        [Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))], [[1]], skip_tokenizer_init=True
+    ),
+    PrebuiltBatch(
         [Request(0, 0, 1, [0], [], sampling=SamplingSettings(sampling_seed=2**63))],
         [[1]],
         enable_deterministic_inference=True,
     ),
 )
-"""The sampling settings a decode scheduler must survive (T25, T26): ``min_new_tokens`` on a server whose tokenizer has
-no end-of-sequence token, and under deterministic inference a seed past 64 bits (0.5.21 on refuses it)."""
+"""The sampling settings a decode scheduler must survive (T25, T27, T26): ``min_new_tokens`` on a server whose tokenizer
+has no end-of-sequence token, and on one started with ``--skip-tokenizer-init`` (0.5.14 on refuses it), and under
+deterministic inference a seed past 64 bits (0.5.21 on refuses it)."""

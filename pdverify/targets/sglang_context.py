@@ -127,21 +127,22 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     each era's form: the ``ServerArgs`` the context or the global arguments are built from (``server_args``: a flag
     the release does not have, or that its validation rejects, is ``ServerRefuses``), 0.5.1-0.5.3.post1's
     ``global_server_args_dict`` entries, 0.4.x's batch flag. Each request gets the server's tokenizer, as the
-    scheduler hands it over on receipt (``req.tokenizer = self.tokenizer``): a stand-in for a Hugging Face tokenizer
-    (a model's files), with the batch's end-of-sequence token and SGLang's ``additional_stop_token_ids`` None.
+    scheduler hands it over on receipt (``req.tokenizer = self.tokenizer``): None with ``--skip-tokenizer-init``, else
+    a stand-in for a Hugging Face tokenizer (a model's files), with the batch's end-of-sequence token and SGLang's
+    ``additional_stop_token_ids`` None.
 
-    Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.verify`` (what the
-    tokenizer manager runs before a request reaches a scheduler): a request it refuses raises ``ServerRefuses``.
+    Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.normalize`` (with
+    the server's tokenizer, None with ``--skip-tokenizer-init``) and ``verify`` (what the tokenizer manager runs
+    before a request reaches a scheduler): a request they refuse raises ``ServerRefuses``.
     """
     from sglang.srt import server_args as server_args_module
 
-    _verify_sampling(batch)
     server = getattr(batch, "pdverify_server", None)
+    _verify_sampling(batch, None if server is None else _tokenizer(server))
     flags: Flags = server.flags if server is not None else ()
     if server is not None:
-        tokenizer = SimpleNamespace(eos_token_id=server.eos_token_id, additional_stop_token_ids=None)
         for req in batch.reqs:
-            req.tokenizer = tokenizer
+            req.tokenizer = _tokenizer(server)
     stack = published("decode", {}, flags)
     if stack is not None:
         with stack:
@@ -168,19 +169,32 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
         yield
 
 
-def _verify_sampling(batch: Any) -> None:  # pragma: no cover - conformance venv
-    """Each request's ``sampling_params.verify`` as the release defines it (with the vocabulary size from 0.5.x,
-    without before); ``ServerRefuses`` with the release's message where it refuses one."""
+def _tokenizer(server: Any) -> Any:  # pragma: no cover - conformance venv
+    """The tokenizer the decode scheduler hands each request: None on a server started with
+    ``--skip-tokenizer-init`` (``Scheduler.init_tokenizer``: ``self.tokenizer = self.processor = None``), else a
+    stand-in with the server's end-of-sequence token and SGLang's ``additional_stop_token_ids`` None."""
+    if dict(server.flags).get("skip_tokenizer_init"):
+        return None
+    return SimpleNamespace(eos_token_id=server.eos_token_id, additional_stop_token_ids=None)
+
+
+def _verify_sampling(batch: Any, tokenizer: Any) -> None:  # pragma: no cover - conformance venv
+    """What the tokenizer manager runs on each request's sampling parameters before a scheduler sees it, as the
+    release defines it: ``normalize(tokenizer)`` (the server's tokenizer, None with ``--skip-tokenizer-init``; from
+    0.5.14 it refuses what needs a tokenizer, #27882), then ``verify`` (with the vocabulary size from 0.5.x,
+    without before). ``ServerRefuses`` with the release's message where it refuses one."""
     import inspect
 
     from pdverify.targets.protocol import ServerRefuses
 
     for req in batch.reqs:
-        verify = req.sampling_params.verify
+        params = req.sampling_params
+        verify = params.verify
         try:
+            params.normalize(tokenizer)
             verify(batch.model_config.vocab_size) if inspect.signature(verify).parameters else verify()
         except ValueError as exc:
-            raise ServerRefuses(f"SamplingParams.verify refuses request {req.rid!r}: {exc}") from None
+            raise ServerRefuses(f"SamplingParams.normalize/verify refuses request {req.rid!r}: {exc}") from None
 
 
 def _runtime_module() -> Any:  # pragma: no cover - conformance venv
