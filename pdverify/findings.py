@@ -1045,7 +1045,7 @@ def _unpolled_failure(kwargs: Mapping[str, Any], form: str) -> bool:
         return False
     if form == "peer" and not _release_before("0.5.13") and any(r.receiver_failed == "abort" for r in case.requests):
         return False
-    return any(r.receiver_failed == form and (r.checked or not case.restrict) for r in case.requests)
+    return any(r.receiver_failed == form and case.looked_at(i) for i, r in enumerate(case.requests))
 
 
 def _t23_shows(kwargs: Mapping[str, Any]) -> bool:

@@ -71,9 +71,8 @@ def expected_pass(
     failed = [i for i in looked_at if aborted[i]]
     streamed = [i for i in failed if not reqs[i].abort_streamed]
 
-    loaded = {lora for _, lora in case.running}
-    if case.pp_consensus:  # a PP stage's other microbatches hold their adapters too
-        loaded |= set(case.microbatch_loras)
+    # a PP stage's other microbatches hold their adapters too (none outside a PP pass: the case refuses them)
+    loaded = {lora for _, lora in case.running} | set(case.microbatch_loras)
     retractable = 0
     for tokens, _ in case.running:
         retractable += tokens

@@ -55,7 +55,7 @@ class PreallocPass:
         self.device_admitted = 0
         self.swa_committed = 0
         # loaded adapters: the running batch's - in a PP pass every microbatch's (``running_mbs``)
-        self.loaded = {lora for _, lora in case.running} | set(case.microbatch_loras if case.pp_consensus else ())
+        self.loaded = {lora for _, lora in case.running} | set(case.microbatch_loras)
         self.removed: set[int] = set()
         self.events: list[tuple[str, int]] = []
         self.locks: set[int] = set()
