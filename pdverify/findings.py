@@ -174,6 +174,38 @@ def _t27_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     )
 
 
+def _t28_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A batch with a request that asks for ``min_new_tokens`` and finishes on a model-configuration eos id that none
+    of its own stop tokens and the tokenizer's eos is."""
+    batch = kwargs.get("batch")
+    model = set(getattr(batch, "model_eos_token_ids", ()))
+    tokenizer = None if getattr(batch, "skip_tokenizer_init", False) else getattr(batch, "eos_token_id", None)
+    return any(
+        r.sampling.min_new_tokens > 0 and model - set(r.sampling.stop_token_ids or ()) - {tokenizer}
+        for r in getattr(batch, "reqs", ())
+    )
+
+
+_T28_MESSAGE = re.compile(
+    r"request (\d+) \(min_new_tokens=\d+\) is held back from .*: missing \[([\d, ]*)\], extra \[\]"
+)
+
+
+def _t28_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """P27's message when the penalizer holds back everything the request finishes on but model-configuration eos
+    ids: what is missing is only such ids, and nothing extra is held back (before #31378 the penalizer never read
+    ``req.eos_token_ids``)."""
+    found = _T28_MESSAGE.search(message)
+    if found is None:
+        return False
+    batch = kwargs["batch"]
+    req = batch.reqs[int(found.group(1))]
+    missing = {int(t) for t in found.group(2).split(",") if t.strip()}
+    tokenizer = None if batch.skip_tokenizer_init else batch.eos_token_id
+    unheld = set(batch.model_eos_token_ids) - set(req.sampling.stop_token_ids or ()) - {tokenizer}
+    return bool(missing) and missing == unheld
+
+
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
     """Deterministic inference on, and a request whose sampling seed a 32-bit integer cannot hold (0.5.3-0.5.6 keep
     the seeds as int32, 0.5.7-0.5.20 as int64)."""
@@ -1258,6 +1290,10 @@ T27_RELEASES = T25_RELEASES[: T25_RELEASES.index("0.5.14")]
 """T27's releases: every release to 0.5.13.post1 (0.5.14's ``SamplingParams.normalize`` refuses ``min_new_tokens``
 without a tokenizer, upstream #27882)."""
 
+T28_RELEASES = (*T25_RELEASES, "0.5.17", "0.5.18")
+"""T28's releases: every release to 0.5.18 (0.5.19's penalizer holds the request's eos ids back too, upstream
+#31378)."""
+
 T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
 """T26's releases: from 0.5.3 (deterministic inference and the sampling seed, #10645/#10678) to 0.5.20 (0.5.21's
 ``SamplingParams.verify`` refuses a seed outside a signed 64-bit integer)."""
@@ -1313,6 +1349,19 @@ KNOWN: dict[str, KnownDefect] = {
             _t27_explains,
             also=PREBUILT_OBSERVERS,
             narrower=(("P24", T27_RELEASES[T27_RELEASES.index("0.5.6") :]),),
+        ),
+        KnownDefect(
+            "T28",
+            "P27",
+            "sglang",
+            T28_RELEASES,
+            "a request that asks for min_new_tokens, on a model whose configuration names end-of-sequence ids the "
+            "tokenizer's eos is not (Llama-3.1-Instruct's generation config: three): the min_new_tokens penalizer "
+            "holds back the request's stop tokens and the tokenizer's eos but not the model's eos ids "
+            "(req.eos_token_ids), on which finish detection ends the request - it can end before its minimum "
+            "(fixed in 0.5.19, upstream #31378)",
+            _t28_shows,
+            _t28_explains,
         ),
         KnownDefect(
             "T26",

@@ -174,8 +174,9 @@ def batches(
     """A PREBUILT batch of ``min_requests..max_requests`` requests on distinct, shuffled rows of an int32
     request-to-token table (plus ``spare_rows`` unused rows); rows are paged with distinct slot values
     across the table; ``return_logprob`` on or off; the decode server's sampling configuration (custom logit
-    processors, deterministic inference, its tokenizer's eos or none, and one server in eight of all - a quarter of
-    the laid-out ones - started with ``--skip-tokenizer-init``, so no tokenizer at all). With ``min_requests`` 0 an
+    processors, deterministic inference, its tokenizer's eos or none, one server in eight of all - a quarter of
+    the laid-out ones - started with ``--skip-tokenizer-init``, so no tokenizer at all - and its model
+    configuration's eos ids: none, the tokenizer's, or ids of their own). With ``min_requests`` 0 an
     empty batch is a rarity (one in 16): decode never prepares one, and the simplest example is a batch of one
     request."""
     check_int("min_requests", min_requests)
@@ -240,6 +241,14 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
     # drawn last, so that the draws above stay what they were: one server in four loads no tokenizer (and so has
     # no eos); SGLang's own validation decides which requests such a server takes
     skip_tokenizer = bool(layout) and rng.random() < 0.25
+    # the model configuration's eos ids (drawn after the rest, for the same reason): none a third of the time, the
+    # tokenizer's own a third, else one to three ids of their own with the tokenizer's among them half the time
+    # (Llama-3.1-Instruct: the tokenizer's <|eot_id|> and two more)
+    model_eos: set[int] = set()
+    if layout and (r := rng.random()) >= 1 / 3:
+        own = {rng.randrange(32) for _ in range(rng.randint(1, 3))}
+        mixed = own | ({eos} if eos is not None and rng.random() < 0.5 else set())
+        model_eos = {eos} if r < 2 / 3 and eos is not None else mixed
     return PrebuiltBatch(
         reqs,
         table,
@@ -248,4 +257,5 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
         enable_deterministic_inference=deterministic,
         eos_token_id=None if skip_tokenizer else eos,
         skip_tokenizer_init=skip_tokenizer,
+        model_eos_token_ids=tuple(sorted(model_eos)),
     )

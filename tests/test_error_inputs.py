@@ -183,3 +183,11 @@ def test_the_port_refuses_min_new_tokens_without_a_tokenizer() -> None:
         run_prepare_for_prebuilt(load_target("pdverify"), PrebuiltBatch([req], [[1]], skip_tokenizer_init=True), "cpu")
     out = run_prepare_for_prebuilt(load_target("pdverify"), PrebuiltBatch([req], [[1]], eos_token_id=1), "cpu")
     assert out.fields["extend_num_tokens"] == 1
+
+
+def test_model_eos_ids_are_token_ids_of_the_vocabulary() -> None:
+    """A model configuration's eos id is a token of the model's vocabulary: one past it is refused, naming it."""
+    with pytest.raises(ValueError, match=r"model_eos_token_ids: 32 is not a token id .*vocab_size=32"):
+        validate_batch(PrebuiltBatch([], [[0]], model_eos_token_ids=(2, 32)))
+    with pytest.raises(ValueError, match="model_eos_token_ids"):
+        validate_batch(PrebuiltBatch([], [[0]], model_eos_token_ids=(-1,)))

@@ -735,6 +735,29 @@ def test_t27_is_the_penalizer_without_a_tokenizer() -> None:
     assert not t27.explanation("P19")({}, "seq_lens [1] != expected [2]")
 
 
+def test_t28_is_the_penalizer_without_the_models_eos_ids() -> None:
+    """T28 (to 0.5.18): the ``min_new_tokens`` penalizer leaves out the model configuration's eos ids. It shows only
+    where such an id is neither a stop token of the request nor the tokenizer's eos, and explains P27's message only
+    when exactly those ids are missing and nothing extra is held back."""
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+
+    t28 = KNOWN["T28"]
+    assert (t28.releases[0], t28.releases[-1], t28.properties()) == ("0.4.4.post2", "0.5.18", ("P27",))
+
+    def batch(model: tuple[int, ...], stops: list[int] | None = None, minimum: int = 1) -> dict[str, Any]:
+        sampling = SamplingSettings(min_new_tokens=minimum, stop_token_ids=stops)
+        return {"batch": PrebuiltBatch([Request(0, 0, 1, [0], [], sampling=sampling)], [[1]], eos_token_id=2,
+                                       model_eos_token_ids=model)}  # fmt: skip
+
+    assert t28.shows(batch((2, 3))) and not t28.shows(batch((2,))) and not t28.shows(batch((2, 3), stops=[3]))
+    assert not t28.shows(batch((2, 3), minimum=0)) and not t28.shows(batch(()))
+    head = "request 0 (min_new_tokens=1) is held back from tokens [2], expected the tokens it finishes on [2, 3]: "
+    assert t28.explains(batch((2, 3)), head + "missing [3], extra [] (its stop_token_ids None, ...)")
+    assert not t28.explains(batch((2, 3)), head + "missing [3], extra [5] (...)")  # something else held back
+    assert not t28.explains(batch((2, 3)), head.replace("[2, 3]", "[2, 3, 4]") + "missing [3, 4], extra []")
+    assert not t28.explains(batch((2, 3)), "the penalizer's minimums [0] != the requests' [1]")
+
+
 def test_t3_with_t17s_arrival_order() -> None:
     """0.5.3-0.5.10.post1 read the budget once and do not sort the queue by priority (T17): Q4's overshoot is the
     raw-length pass in arrival order (generated on 0.5.3-0.5.6.post2: four requests, the 23-token one first in arrival

@@ -130,8 +130,8 @@ def test_the_server_flags_reach_the_release() -> None:
 
 def test_p27_fails_when_the_flags_are_not_published() -> None:
     """A scheduler scope that publishes the server's sampling flags at their defaults whatever the batch's (its
-    tokenizer stays the batch's): the release's sampling info runs no processor and keeps no seeds, and P27's
-    clauses see it."""
+    tokenizer and model eos ids stay the batch's): the release's sampling info runs no processor and keeps no seeds,
+    and P27's clauses see it."""
     from types import SimpleNamespace
 
     from pdverify.runner import load_properties, run_property
@@ -142,7 +142,9 @@ def test_p27_fails_when_the_flags_are_not_published() -> None:
     def unpublished(batch: Any) -> Any:
         server = batch.pdverify_server
         tokenizer = tuple((k, v) for k, v in server.flags if k == "skip_tokenizer_init")
-        batch.pdverify_server = SimpleNamespace(flags=tokenizer, eos_token_id=server.eos_token_id)
+        batch.pdverify_server = SimpleNamespace(
+            flags=tokenizer, eos_token_id=server.eos_token_id, model_eos_token_ids=server.model_eos_token_ids
+        )
         return prebuilt_scheduler(batch)
 
     info = load_properties()["P27"]
@@ -189,3 +191,38 @@ def test_p19_sees_t27_where_the_release_took_the_request() -> None:
         run = run_property(load_properties()["P19"], release_target())
     assert run.status == "failed", run.message
     assert "AttributeError at min_new_tokens.py" in run.message and "'NoneType' object has no attribute" in run.message
+
+
+def test_p27_sees_a_penalizer_without_the_models_eos_ids() -> None:
+    """From 0.5.19 (#31378) the release's ``min_new_tokens`` penalizer holds the request's ``eos_token_ids`` back:
+    planted to build its stop set without them (as before), P27's ``min_new_tokens_stops`` clause fails - a new
+    failure there, T28 being recorded only before 0.5.19. Where the release is T28's, it shows as recorded."""
+    from sglang.srt.sampling.penaltylib import min_new_tokens
+
+    from pdverify.findings import KNOWN
+    from pdverify.runner import load_properties, run_property
+
+    target = release_target()
+    penalizer = min_new_tokens.BatchedMinNewTokensPenalizer
+    released = penalizer._prepare
+    if "eos_token_ids" not in open(min_new_tokens.__file__).read():  # noqa: SIM115 - the release's own module
+        assert KNOWN["T28"].recorded_for(target, "P27"), f"sglang {target.release} leaves them out and is not T28's"
+        pytest.skip(f"sglang {target.release}'s penalizer leaves the model's eos ids out (T28)")
+
+    def without_model_eos(self: Any) -> None:
+        reqs = list(self.orchestrator.reqs())
+        kept = [r.eos_token_ids for r in reqs]
+        for r in reqs:
+            r.eos_token_ids = None
+        try:
+            released(self)
+        finally:
+            for r, ids in zip(reqs, kept, strict=True):
+                r.eos_token_ids = ids
+
+    assert run_property(load_properties()["P27"], target).status == "passed"
+    with mock.patch.object(penalizer, "_prepare", without_model_eos):
+        run = run_property(load_properties()["P27"], target)
+    assert run.status == "failed" and "is held back from tokens" in run.message and "missing [" in run.message, (
+        run.message
+    )

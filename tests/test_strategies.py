@@ -289,6 +289,12 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
          lambda b: b.skip_tokenizer_init and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
         ("a server started with --skip-tokenizer-init, no request asking for min_new_tokens",
          lambda b: b.skip_tokenizer_init and b.reqs and all(r.sampling.min_new_tokens == 0 for r in b.reqs)),
+        ("a request asking for min_new_tokens that finishes on a model eos id only the model configuration names",
+         lambda b: any(r.sampling.min_new_tokens > 0 and set(b.model_eos_token_ids) - set(r.sampling.stop_token_ids
+                                                                                         or []) - {b.eos_token_id}
+                       for r in b.reqs) and b.eos_token_id is not None),
+        ("the model configuration's eos ids the tokenizer's own",
+         lambda b: b.eos_token_id is not None and b.model_eos_token_ids == (b.eos_token_id,)),
         ("a tokenizer without eos, a request asking for min_new_tokens",
          lambda b: not b.skip_tokenizer_init and b.eos_token_id is None
          and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
@@ -296,6 +302,7 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
 )  # fmt: skip
 def test_batches_reach_a_server_without_a_tokenizer(what: str, reached: Any) -> None:
     """The decode server's tokenizer is drawn in its three forms the penalizer reads differently: one with an eos,
-    one without (T25), and none at all (``--skip-tokenizer-init``, T27): a strategy that always handed requests a
-    tokenizer could not reach T27, nor check that a release refuses what needs one."""
+    one without (T25), and none at all (``--skip-tokenizer-init``, T27); and the model configuration's eos ids,
+    the tokenizer's own or ids of their own (T28): a strategy that always handed requests a tokenizer could not reach
+    T27, nor check that a release refuses what needs one, and one without model eos ids could not reach T28."""
     find(batches(), reached, settings=settings(max_examples=2000, database=None))

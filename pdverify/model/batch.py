@@ -107,7 +107,10 @@ class PrebuiltBatch:
     ``--enable-deterministic-inference``, and its tokenizer's end-of-sequence token (``eos_token_id``, None for a
     tokenizer that has none), which ``min_new_tokens`` holds back. ``skip_tokenizer_init`` is
     ``--skip-tokenizer-init``: the server loads no tokenizer (its scheduler hands each request None), so
-    ``eos_token_id`` must be None with it.
+    ``eos_token_id`` must be None with it. ``model_eos_token_ids`` are the model configuration's end-of-sequence
+    ids (``ModelConfig.hf_eos_token_id``, from the model's config and generation config; e.g. Llama-3.1-Instruct's
+    three), which the scheduler gives each request as its ``eos_token_ids``: finish detection ends a request on any
+    of them, with or without a tokenizer.
     """
 
     reqs: list[Request]
@@ -118,6 +121,7 @@ class PrebuiltBatch:
     enable_deterministic_inference: bool = False
     eos_token_id: int | None = None
     skip_tokenizer_init: bool = False
+    model_eos_token_ids: tuple[int, ...] = ()
 
     def server_flags(self) -> dict[str, bool]:
         """The server flags set (``ServerArgs`` field -> True): what a release without the flag refuses."""
@@ -177,6 +181,12 @@ def validate_batch(batch: PrebuiltBatch) -> None:
             f"eos_token_id={batch.eos_token_id} with skip_tokenizer_init: a server started with --skip-tokenizer-init "
             "has no tokenizer, so no tokenizer end-of-sequence token (eos_token_id must be None)"
         )
+    for token in batch.model_eos_token_ids:
+        require_int("model_eos_token_ids", token, minimum=0)
+        if token >= batch.vocab_size:
+            raise ValueError(
+                f"model_eos_token_ids: {token} is not a token id of the vocabulary (vocab_size={batch.vocab_size})"
+            )
     rows = batch.req_to_token
     width = len(rows[0]) if rows else 0
     for r, row in enumerate(rows):

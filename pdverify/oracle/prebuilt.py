@@ -92,6 +92,25 @@ def expected_sampling_seeds(params: list[Any], deterministic: bool) -> list[int]
     return [42 if p.sampling_seed is None else int(p.sampling_seed) for p in params]
 
 
+def expected_min_new_tokens_stops(batch: PrebuiltBatch) -> list[set[int] | None] | None:
+    """The tokens the ``min_new_tokens`` penalizer holds back, row by row: None where no request asks for
+    ``min_new_tokens`` (no penalizer); else, for a request that asks, every token it finishes on - its own stop
+    tokens, the model configuration's eos ids and the tokenizer's eos (a server without a tokenizer has none) - and
+    None for a request that does not ask (whatever its row holds never applies)."""
+    if not any(r.sampling.min_new_tokens > 0 for r in batch.reqs):
+        return None
+    rows: list[set[int] | None] = []
+    for r in batch.reqs:
+        if r.sampling.min_new_tokens <= 0:
+            rows.append(None)
+            continue
+        stops = set(r.sampling.stop_token_ids or []) | set(batch.model_eos_token_ids)
+        if batch.eos_token_id is not None and not batch.skip_tokenizer_init:
+            stops.add(batch.eos_token_id)
+        rows.append({t for t in stops if 0 <= t < batch.vocab_size})
+    return rows
+
+
 def expected_processor_rows(processors: list[Any], enabled: bool) -> list[int] | None:
     """The rows custom logit processors run on, over requests whose processors are ``processors`` (in batch order,
     None where a request sent none): none unless the server enables them and a request sent one; else every row

@@ -49,13 +49,43 @@ class ProcessorEntry:
 
 
 @dataclass(frozen=True)
+class MinNewTokensPenalizer:
+    """SGLang's ``BatchedMinNewTokensPenalizer`` once prepared: each request's minimum (an ``(n, 1)`` int32 column)
+    and, row i, ``-inf`` at every token request i finishes on (its ``stop_token_ids``, the model configuration's
+    ``eos_token_ids``, the tokenizer's additional stop tokens and its eos), 0 elsewhere (``(n, vocab)`` float32)."""
+
+    min_new_tokens: torch.Tensor
+    stop_token_penalties: torch.Tensor
+
+    @classmethod
+    def prepared(cls, reqs: Sequence[Any], vocab_size: int, device: Any) -> MinNewTokensPenalizer | None:
+        """The penalizer over ``reqs``, None where no request asks for ``min_new_tokens`` (SGLang prepares none)."""
+        if not any(r.sampling_params.min_new_tokens > 0 for r in reqs):
+            return None
+        minimum = torch.tensor([r.sampling_params.min_new_tokens for r in reqs], dtype=torch.int32)
+        stops = []
+        for r in reqs:
+            # a request built outside a scheduler's scope (P28's reference) was handed neither
+            tokenizer = getattr(r, "tokenizer", None)
+            ids = set(r.sampling_params.stop_token_ids or ()) | set(getattr(r, "eos_token_ids", None) or ())
+            if tokenizer is not None:
+                ids |= set(tokenizer.additional_stop_token_ids or ()) | {tokenizer.eos_token_id}
+            stops.append(torch.tensor(sorted(i for i in ids if i is not None), dtype=torch.int64))
+        padded = torch.nn.utils.rnn.pad_sequence(stops, batch_first=True, padding_value=vocab_size).to(device)
+        penalties = torch.zeros((len(reqs), vocab_size + 1), dtype=torch.float32, device=device).scatter_add_(
+            1, padded, torch.full_like(padded, float("-inf"), dtype=torch.float32)
+        )[:, :vocab_size]
+        return cls(minimum.to(device).unsqueeze_(1), penalties)
+
+
+@dataclass(frozen=True)
 class SamplingBatchInfo:
     """Stand-in for sglang's ``SamplingBatchInfo``: what it was built from, and the per-request rows SGLang's
     keeps (``temperatures`` as an ``(n, 1)`` float32 column, ``top_ps`` and ``min_ps`` float32, ``top_ks`` int32,
     ``sampling_seed`` int64 under deterministic inference, else None), copied to the batch's device as SGLang copies
     them, and the custom logit processors (the same processor merged over its rows; with the per-request
-    ``custom_params``) where the server enables them and a request sent one, else None; the penalizers and logit
-    bias are not modelled."""
+    ``custom_params``) where the server enables them and a request sent one, else None, and the ``min_new_tokens``
+    penalizer where a request asks for it; the other penalizers and logit bias are not modelled."""
 
     vocab_size: int
     batch_size: int
@@ -66,6 +96,7 @@ class SamplingBatchInfo:
     sampling_seed: torch.Tensor | None = None
     custom_logit_processor: dict[int, ProcessorEntry] | None = None
     custom_params: list[Any] | None = None
+    min_new_tokens_penalizer: MinNewTokensPenalizer | None = None
 
     @classmethod
     def from_schedule_batch(cls, batch: Any, vocab_size: int) -> SamplingBatchInfo:
@@ -98,6 +129,7 @@ class SamplingBatchInfo:
             seeds,
             merged,
             custom,
+            MinNewTokensPenalizer.prepared(reqs, vocab_size, batch.device),
         )
 
 

@@ -10,11 +10,18 @@ SAMPLING_BATCHES = (
         [Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))], [[1]], skip_tokenizer_init=True
     ),
     PrebuiltBatch(
+        [Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))],
+        [[1]],
+        eos_token_id=2,
+        model_eos_token_ids=(2, 3),
+    ),
+    PrebuiltBatch(
         [Request(0, 0, 1, [0], [], sampling=SamplingSettings(sampling_seed=2**63))],
         [[1]],
         enable_deterministic_inference=True,
     ),
 )
-"""The sampling settings a decode scheduler must survive (T25, T27, T26): ``min_new_tokens`` on a server whose tokenizer
-has no end-of-sequence token, and on one started with ``--skip-tokenizer-init`` (0.5.14 on refuses it), and under
+"""The sampling settings a decode scheduler must survive and honour (T25, T27, T28, T26): ``min_new_tokens`` on a server
+whose tokenizer has no end-of-sequence token, on one started with ``--skip-tokenizer-init`` (0.5.14 on refuses it),
+and on a model whose configuration names an eos id the tokenizer's is not (held back too from 0.5.19), and under
 deterministic inference a seed past 64 bits (0.5.21 on refuses it)."""

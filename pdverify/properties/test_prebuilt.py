@@ -10,6 +10,7 @@ import torch
 from pdverify.model.batch import LogprobSettings, PrebuiltBatch, PrebuiltOutcome, Request
 from pdverify.oracle.prebuilt import (
     ExpectedPrebuilt,
+    expected_min_new_tokens_stops,
     expected_prebuilt,
     expected_processor_rows,
     expected_sampling_rows,
@@ -314,6 +315,12 @@ def test_p26_logprob_multimodal(target: Target, device: str, batch: PrebuiltBatc
             title="with --enable-custom-logit-processor, the custom logit processors run on exactly the rows whose "
             "requests sent one, row i's custom params the i-th request's; without it, or with none sent, none run",
         ),
+        Clause(
+            "min_new_tokens_stops",
+            title="with a request asking for min_new_tokens, the penalizer's row i holds request i's minimum and "
+            "holds back exactly the tokens request i finishes on: its stop_token_ids, the model configuration's eos "
+            "ids (its eos_token_ids) and the tokenizer's eos",
+        ),
         Clause("forward_mode", FROM_PREBUILT_MODE, "forward_mode is PREBUILT"),
     ),
     needs=NEEDS,
@@ -364,9 +371,52 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
         if want_rows is not None:
             params = [r.sampling_params.custom_params for r in handed]
             assert info.custom_params == params, f"custom params {info.custom_params} != the requests' {params}"
+    if applies("min_new_tokens_stops"):
+        want_stops = expected_min_new_tokens_stops(batch)
+        note_event("min_new_tokens held back" if want_stops is not None else "no min_new_tokens")
+        if want_stops is not None:
+            penalizer = min_new_tokens_penalizer(_field(out, "sampling_info"))
+            assert penalizer is not None, "a request asks for min_new_tokens and no penalizer for it is prepared"
+            minimum = penalizer.min_new_tokens.reshape(-1).tolist()
+            assert minimum == [r.sampling.min_new_tokens for r in batch.reqs], (
+                f"the penalizer's minimums {minimum} != the requests' {[r.sampling.min_new_tokens for r in batch.reqs]}"
+            )
+            held = held_back(penalizer.stop_token_penalties)
+            for i, finishing in enumerate(want_stops):
+                assert finishing is None or held[i] == finishing, _stops_message(batch, i, held[i], finishing)
     if applies("forward_mode"):
         mode = _field(out, "forward_mode")
         assert getattr(mode, "name", None) == "PREBUILT", f"forward_mode = {mode!r}"
+
+
+def _stops_message(batch: PrebuiltBatch, i: int, held: set[int], finishing: set[int]) -> str:
+    req = batch.reqs[i]
+    tokenizer_eos = None if batch.skip_tokenizer_init else batch.eos_token_id
+    return (
+        f"request {i} (min_new_tokens={req.sampling.min_new_tokens}) is held back from tokens {sorted(held)}, expected "
+        f"the tokens it finishes on {sorted(finishing)}: missing {sorted(finishing - held)}, extra "
+        f"{sorted(held - finishing)} (its stop_token_ids {req.sampling.stop_token_ids}, the model config's eos ids "
+        f"{list(batch.model_eos_token_ids)}, the tokenizer's eos {tokenizer_eos})"
+    )
+
+
+def min_new_tokens_penalizer(info: Any) -> Any:
+    """The sampling info's prepared ``min_new_tokens`` penalizer (its ``min_new_tokens`` column and
+    ``stop_token_penalties``), None where none is prepared: SGLang's ``BatchedMinNewTokensPenalizer`` in the
+    penalizer orchestrator (prepared: it holds ``stop_token_penalties``), or the port's ``min_new_tokens_penalizer``."""
+    own = getattr(info, "min_new_tokens_penalizer", None)
+    if own is not None:
+        return own
+    orchestrator = getattr(info, "penalizer_orchestrator", None)
+    for kind, penalizer in getattr(orchestrator, "penalizers", {}).items():
+        if kind.__name__ == "BatchedMinNewTokensPenalizer" and hasattr(penalizer, "stop_token_penalties"):
+            return penalizer
+    return None
+
+
+def held_back(penalties: torch.Tensor) -> list[set[int]]:
+    """Row by row, the tokens a stop-token penalty matrix sets to ``-inf``."""
+    return [{j for j, v in enumerate(row) if v == float("-inf")} for row in penalties.tolist()]
 
 
 def processor_rows(info: Any) -> list[int] | None:

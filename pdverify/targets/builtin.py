@@ -24,6 +24,7 @@ from pdverify.production import (
     wire,
 )
 from pdverify.targets.protocol import ServerRefuses, Target
+from pdverify.targets.sglang_context import model_eos_token_ids, server_tokenizer
 
 _PDV_SAMPLING = "pdverify.production.prebuilt.SamplingBatchInfo.from_schedule_batch"
 
@@ -66,6 +67,10 @@ def port_scheduler(batch: Any) -> Iterator[None]:
     with ``--skip-tokenizer-init``: no tokenizer to hold stop tokens back with), never reaches it: ``ServerRefuses``."""
     server = getattr(batch, "pdverify_server", None)
     no_tokenizer = server is not None and dict(server.flags).get("skip_tokenizer_init", False)
+    if server is not None:  # what the port's scheduler hands each request on receipt, as SGLang's does
+        for req in batch.reqs:
+            req.tokenizer = server_tokenizer(server)
+            req.eos_token_ids = model_eos_token_ids(server)
     for req in batch.reqs:
         seed = getattr(req.sampling_params, "sampling_seed", None)
         if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:

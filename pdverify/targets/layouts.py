@@ -369,7 +369,9 @@ def build_batch_object(
         model_config=SimpleNamespace(vocab_size=batch.vocab_size),
         # the server configuration the target's scheduler scope publishes (not a field of SGLang's batch)
         pdverify_server=SimpleNamespace(
-            flags=tuple(sorted(batch.server_flags().items())), eos_token_id=batch.eos_token_id
+            flags=tuple(sorted(batch.server_flags().items())),
+            eos_token_id=batch.eos_token_id,
+            model_eos_token_ids=batch.model_eos_token_ids,
         ),
         **{name: _UNSET for name in BATCH_FIELDS},
     )

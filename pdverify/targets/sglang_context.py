@@ -129,7 +129,7 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     ``global_server_args_dict`` entries, 0.4.x's batch flag. Each request gets the server's tokenizer, as the
     scheduler hands it over on receipt (``req.tokenizer = self.tokenizer``): None with ``--skip-tokenizer-init``, else
     a stand-in for a Hugging Face tokenizer (a model's files), with the batch's end-of-sequence token and SGLang's
-    ``additional_stop_token_ids`` None.
+    ``additional_stop_token_ids`` None; and the model configuration's eos ids as its ``eos_token_ids``.
 
     Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.normalize`` (with
     the server's tokenizer, None with ``--skip-tokenizer-init``) and ``verify`` (what the tokenizer manager runs
@@ -138,11 +138,12 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     from sglang.srt import server_args as server_args_module
 
     server = getattr(batch, "pdverify_server", None)
-    _verify_sampling(batch, None if server is None else _tokenizer(server))
+    _verify_sampling(batch, None if server is None else server_tokenizer(server))
     flags: Flags = server.flags if server is not None else ()
     if server is not None:
         for req in batch.reqs:
-            req.tokenizer = _tokenizer(server)
+            req.tokenizer = server_tokenizer(server)
+            req.eos_token_ids = model_eos_token_ids(server)
     stack = published("decode", {}, flags)
     if stack is not None:
         with stack:
@@ -169,7 +170,14 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
         yield
 
 
-def _tokenizer(server: Any) -> Any:  # pragma: no cover - conformance venv
+def model_eos_token_ids(server: Any) -> set[int] | None:
+    """What the scheduler passes each request as ``eos_token_ids`` (``Req(..., eos_token_ids=self.model_config.
+    hf_eos_token_id)``): the model configuration's eos ids as a set, None where it has none."""
+    ids = set(getattr(server, "model_eos_token_ids", ()))
+    return ids or None
+
+
+def server_tokenizer(server: Any) -> Any:
     """The tokenizer the decode scheduler hands each request: None on a server started with
     ``--skip-tokenizer-init`` (``Scheduler.init_tokenizer``: ``self.tokenizer = self.processor = None``), else a
     stand-in with the server's end-of-sequence token and SGLang's ``additional_stop_token_ids`` None."""
