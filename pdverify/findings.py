@@ -208,20 +208,23 @@ def _t28_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
     """Deterministic inference on, and a request whose sampling seed a 32-bit integer cannot hold (0.5.3-0.5.6 keep
-    the seeds as int32, 0.5.7-0.5.20 as int64)."""
+    the seeds as int32, 0.5.7-0.5.20 as int64) or that is no integer at all (a string)."""
     batch = kwargs.get("batch")
     seeds = [r.sampling.sampling_seed for r in getattr(batch, "reqs", ())]
     return bool(getattr(batch, "enable_deterministic_inference", False)) and any(
-        s is not None and not -(2**31) <= s < 2**31 for s in seeds
+        s is not None and (not isinstance(s, int) or not -(2**31) <= s < 2**31) for s in seeds
     )
 
 
 def _t26_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """The message when the seed column's ``torch.tensor`` overflowed (``sampling_batch_info.py``): int32 to 0.5.6,
-    int64 after."""
+    int64 after; or could not take a string seed at all."""
     del kwargs
     return message.startswith("building the sampling info raised ") and (
-        "cannot be converted to type int32 without overflow" in message or "Overflow when unpacking long" in message
+        "cannot be converted to type int32 without overflow" in message
+        or "Overflow when unpacking long" in message
+        or "too many dimensions 'str'" in message
+        or "'str' object cannot be interpreted as an integer" in message
     )
 
 
@@ -1369,9 +1372,10 @@ KNOWN: dict[str, KnownDefect] = {
             "sglang",
             T26_RELEASES,
             "with --enable-deterministic-inference, a request whose sampling seed the scheduler's seed tensor cannot "
-            "hold (past 32 bits to 0.5.6, past 64 bits to 0.5.20; the API takes any integer and verify checks no "
-            "range): SamplingBatchInfo.from_schedule_batch raises and the decode scheduler dies (fixed in 0.5.21, "
-            "whose SamplingParams.verify refuses a seed outside a signed 64-bit integer)",
+            "hold (past 32 bits to 0.5.6, past 64 bits to 0.5.20, or a string; the native API passes any value and "
+            "verify checks neither type nor range): SamplingBatchInfo.from_schedule_batch raises and the decode "
+            "scheduler dies (fixed in 0.5.21, whose SamplingParams.verify refuses a seed that is not an integer in a "
+            "signed 64-bit range)",
             _t26_shows,
             _t26_explains,
             also=(*PREBUILT_OBSERVERS, *PREBUILT_35070),

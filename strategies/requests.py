@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -133,8 +134,8 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
     """Sampling parameters a client may send, half of the time SGLang's defaults: greedy (temperature 0) and
     sampled temperatures, top-p, top-k (all, greedy 1 or a cut), min-p, the three penalties (each on or off), a
     logit bias of 1-3 tokens below ``vocab_size``, ``min_new_tokens`` with or without stop tokens of its own, a
-    sampling seed (or none sent; from deterministic inference on, 0.5.3) and a custom logit processor with or without
-    parameters. Values stay inside what
+    sampling seed (or none sent; from deterministic inference on, 0.5.3; one in eight sent as a string) and a custom
+    logit processor with or without parameters. Values stay inside what
     SGLang's ``SamplingParams.verify`` accepts; the ``sglang`` target asks the release's own ``verify`` and refuses
     what it refuses (a seed on a release that takes none included)."""
     if rng.random() < 0.5:
@@ -143,7 +144,7 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
     def either(default: float, low: float, high: float) -> float:
         return default if rng.random() < 0.5 else round(rng.uniform(low, high), 3)
 
-    return SamplingSettings(
+    settings = SamplingSettings(
         temperature=rng.choice([0.0, 0.7, 1.0, round(rng.uniform(0.01, 2.0), 3)]),
         top_p=either(1.0, 0.05, 1.0),
         top_k=rng.choice([-1, 1, rng.randint(2, vocab_size)]),
@@ -162,6 +163,11 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
         custom_logit_processor=(processor := rng.random() < 0.5),
         custom_params=None if not processor or rng.random() < 0.5 else {"token_ids": [rng.randrange(vocab_size)]},
     )
+    # drawn last, so that the draws above stay what they were: one seed in eight as a client that stringifies its
+    # numbers sends it (the native API passes sampling_params through untyped; 0.5.21's verify refuses a non-integer)
+    if settings.sampling_seed is not None and rng.random() < 0.125:
+        settings = replace(settings, sampling_seed=str(settings.sampling_seed))
+    return settings
 
 
 def batches(

@@ -191,3 +191,16 @@ def test_model_eos_ids_are_token_ids_of_the_vocabulary() -> None:
         validate_batch(PrebuiltBatch([], [[0]], model_eos_token_ids=(2, 32)))
     with pytest.raises(ValueError, match="model_eos_token_ids"):
         validate_batch(PrebuiltBatch([], [[0]], model_eos_token_ids=(-1,)))
+
+
+def test_the_port_refuses_a_seed_that_is_no_integer() -> None:
+    """0.5.23's ``SamplingParams.verify`` refuses a seed sent as a string (0.5.3-0.5.20 crash on it, T26): the port's
+    scheduler scope refuses it alike, deterministic inference or not."""
+    from pdverify.model.batch import SamplingSettings
+    from pdverify.targets.protocol import ServerRefuses
+
+    req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(sampling_seed="42"))
+    for deterministic in (False, True):
+        batch = PrebuiltBatch([req], [[1]], enable_deterministic_inference=deterministic)
+        with pytest.raises(ServerRefuses, match="sampling_seed '42': not an integer"):
+            run_prepare_for_prebuilt(load_target("pdverify"), batch, "cpu")

@@ -700,6 +700,7 @@ def test_t25_t26_are_crashes_of_the_sampling_info() -> None:
     assert not t25.shows(batch())
     assert t26.shows(batch(deterministic=True, sampling_seed=2**31)) and not t26.shows(batch(sampling_seed=2**31))
     assert not t26.shows(batch(deterministic=True, sampling_seed=2**31 - 1))
+    assert t26.shows(batch(deterministic=True, sampling_seed="42")) and not t26.shows(batch(sampling_seed="42"))
     none_eos = "building the sampling info raised TypeError at min_new_tokens.py:34: 'NoneType' object cannot be "
     int32 = "building the sampling info raised RuntimeError at sampling_batch_info.py:91: value cannot be converted "
     int64 = "building the sampling info raised ValueError at sampling_batch_info.py:98: Overflow when unpacking long"
@@ -708,6 +709,8 @@ def test_t25_t26_are_crashes_of_the_sampling_info() -> None:
     assert not t25.explanation("P27")({}, int64) and not t26.explanation("P19")({}, none_eos)
     assert t26.explanation("P19")({}, int32 + "to type int32 without overflow") and t26.explanation("P30")({}, int64)
     assert not t26.explanation("P19")({}, "seq_lens [1] != expected [2]")
+    string = "building the sampling info raised TypeError at sampling_batch_info.py:120: 'str' object cannot be "
+    assert t26.explanation("P19")({}, string + "interpreted as an integer") and not t25.explanation("P19")({}, string)
 
 
 def test_t27_is_the_penalizer_without_a_tokenizer() -> None:

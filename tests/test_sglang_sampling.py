@@ -226,3 +226,28 @@ def test_p27_sees_a_penalizer_without_the_models_eos_ids() -> None:
     assert run.status == "failed" and "is held back from tokens" in run.message and "missing [" in run.message, (
         run.message
     )
+
+
+def test_a_seed_sent_as_a_string() -> None:
+    """Under deterministic inference, a seed sent as a string: from 0.5.21 the release's own ``verify`` refuses it;
+    before (0.5.3-0.5.20), the release's seed column cannot take it and the sampling info raises (T26)."""
+    import inspect
+
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+    from pdverify.targets.layouts import SamplingInfoRaised, run_prepare_for_prebuilt
+    from pdverify.targets.protocol import ServerRefuses
+
+    if "sampling_seed" not in inspect.signature(SamplingParams).parameters:
+        pytest.skip("the release takes no sampling seed")
+    target = release_target()
+    seeds: tuple[int | str, ...] = (7, "42")
+    reqs = [Request(i, 0, 3, [1, 2, 3], sampling=SamplingSettings(sampling_seed=s)) for i, s in enumerate(seeds)]
+    batch = PrebuiltBatch(reqs, [[4, 5, 6], [7, 8, 9]], enable_deterministic_inference=True)
+    if "must be an integer" in open(inspect.getsourcefile(SamplingParams) or "").read():  # noqa: SIM115
+        with pytest.raises(ServerRefuses, match="sampling_seed must be an integer"):
+            run_prepare_for_prebuilt(target, batch, "cpu")
+    else:
+        with pytest.raises(SamplingInfoRaised, match=r"at sampling_batch_info\.py:\d+: 'str' object cannot be"):
+            run_prepare_for_prebuilt(target, batch, "cpu")

@@ -295,6 +295,8 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
                        for r in b.reqs) and b.eos_token_id is not None),
         ("the model configuration's eos ids the tokenizer's own",
          lambda b: b.eos_token_id is not None and b.model_eos_token_ids == (b.eos_token_id,)),
+        ("deterministic inference and a seed sent as a string",
+         lambda b: b.enable_deterministic_inference and any(isinstance(r.sampling.sampling_seed, str) for r in b.reqs)),
         ("a tokenizer without eos, a request asking for min_new_tokens",
          lambda b: not b.skip_tokenizer_init and b.eos_token_id is None
          and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),

@@ -32,8 +32,9 @@ class SamplingSettings:
     """A request's sampling parameters as the client sent them (SGLang's ``SamplingParams`` keywords): what the
     ``SamplingBatchInfo`` that ``prepare_for_prebuilt`` builds reads, row by row. The defaults are SGLang's own;
     ``logit_bias`` maps a token id (as a string, as the API takes it) to its bias. ``min_new_tokens`` holds the stop
-    tokens (``stop_token_ids``, the tokenizer's) back for that many tokens; ``sampling_seed`` None is a request
-    that sent none (the server's default seed, read with deterministic inference on); ``custom_logit_processor``
+    tokens (``stop_token_ids``, the tokenizer's) back for that many tokens; ``sampling_seed`` None is a request that
+    sent none (the server's default seed, read with deterministic inference on), a string one a client that sends its
+    numbers as strings (the native API passes it through; 0.5.21 on refuses a non-integer); ``custom_logit_processor``
     says the client sent a processor of its own (a serialized ``CustomLogitProcessor``, run where the server enables
     custom logit processors), ``custom_params`` its per-request parameters."""
 
@@ -47,7 +48,7 @@ class SamplingSettings:
     logit_bias: dict[str, float] | None = None
     min_new_tokens: int = 0
     stop_token_ids: list[int] | None = None
-    sampling_seed: int | None = None
+    sampling_seed: int | str | None = None
     custom_params: dict[str, Any] | None = None
     custom_logit_processor: bool = False
 

@@ -63,8 +63,9 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 def port_scheduler(batch: Any) -> Iterator[None]:
     """What the port's decode scheduler has published when it prepares ``batch``: the batch's server flags
     (``pdverify_server``, set by the layout adapter). A request 0.5.23's ``SamplingParams.verify`` refuses (a seed
-    outside a signed 64-bit integer), or its ``SamplingParams.normalize`` (``min_new_tokens`` on a server started
-    with ``--skip-tokenizer-init``: no tokenizer to hold stop tokens back with), never reaches it: ``ServerRefuses``."""
+    outside a signed 64-bit integer, or not an integer), or its ``SamplingParams.normalize`` (``min_new_tokens`` on a
+    server started with ``--skip-tokenizer-init``: no tokenizer to hold stop tokens back with), never reaches it:
+    ``ServerRefuses``."""
     server = getattr(batch, "pdverify_server", None)
     no_tokenizer = server is not None and dict(server.flags).get("skip_tokenizer_init", False)
     if server is not None:  # what the port's scheduler hands each request on receipt, as SGLang's does
@@ -73,6 +74,8 @@ def port_scheduler(batch: Any) -> Iterator[None]:
             req.eos_token_ids = model_eos_token_ids(server)
     for req in batch.reqs:
         seed = getattr(req.sampling_params, "sampling_seed", None)
+        if seed is not None and not isinstance(seed, int):
+            raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed!r}: not an integer")
         if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed}: outside [-2**63, 2**63 - 1]")
         wanted = getattr(req.sampling_params, "min_new_tokens", 0)

@@ -68,12 +68,15 @@ class PromptReadError(AssertionError):
 class SamplingInfoRaised(AssertionError):
     """The target's own ``SamplingBatchInfo.from_schedule_batch``, called by ``prepare_for_prebuilt`` on a batch its
     server took, raised: the decode scheduler's step dies there (SGLang's scheduler loop does not catch it). The
-    message names the exception and where it was raised (``file:line`` of the innermost frame)."""
+    message names the exception and where it was raised (``file:line`` of the innermost frame outside pdverify: a
+    ``torch`` call the transfer ledger passes on raises in the ledger's frame, but the call is the target's)."""
 
     @classmethod
     def of(cls, exc: BaseException) -> SamplingInfoRaised:
         frames = traceback.extract_tb(exc.__traceback__)
-        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+        own = str(Path(__file__).resolve().parent.parent)
+        theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(own)] or frames
+        where = f"{Path(theirs[-1].filename).name}:{theirs[-1].lineno}" if theirs else "?"
         return cls(f"building the sampling info raised {type(exc).__name__} at {where}: {exc}")
 
 
