@@ -174,16 +174,18 @@ def _t27_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     )
 
 
+def _only_model_eos(batch: Any, req: Any) -> set[int]:
+    """The model-configuration eos ids of ``batch`` that neither a stop token of ``req`` nor the tokenizer's eos is
+    (a server without a tokenizer has no eos: ``validate_batch``)."""
+    model = set(getattr(batch, "model_eos_token_ids", ()))
+    return model - set(req.sampling.stop_token_ids or ()) - {getattr(batch, "eos_token_id", None)}
+
+
 def _t28_shows(kwargs: Mapping[str, Any]) -> bool:
     """A batch with a request that asks for ``min_new_tokens`` and finishes on a model-configuration eos id that none
     of its own stop tokens and the tokenizer's eos is."""
     batch = kwargs.get("batch")
-    model = set(getattr(batch, "model_eos_token_ids", ()))
-    tokenizer = None if getattr(batch, "skip_tokenizer_init", False) else getattr(batch, "eos_token_id", None)
-    return any(
-        r.sampling.min_new_tokens > 0 and model - set(r.sampling.stop_token_ids or ()) - {tokenizer}
-        for r in getattr(batch, "reqs", ())
-    )
+    return any(r.sampling.min_new_tokens > 0 and _only_model_eos(batch, r) for r in getattr(batch, "reqs", ()))
 
 
 _T28_MESSAGE = re.compile(
@@ -199,11 +201,8 @@ def _t28_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     if found is None:
         return False
     batch = kwargs["batch"]
-    req = batch.reqs[int(found.group(1))]
     missing = {int(t) for t in found.group(2).split(",") if t.strip()}
-    tokenizer = None if batch.skip_tokenizer_init else batch.eos_token_id
-    unheld = set(batch.model_eos_token_ids) - set(req.sampling.stop_token_ids or ()) - {tokenizer}
-    return bool(missing) and missing == unheld
+    return bool(missing) and missing == _only_model_eos(batch, batch.reqs[int(found.group(1))])
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:

@@ -252,9 +252,11 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
     # (Llama-3.1-Instruct: the tokenizer's <|eot_id|> and two more)
     model_eos: set[int] = set()
     if layout and (r := rng.random()) >= 1 / 3:
-        own = {rng.randrange(32) for _ in range(rng.randint(1, 3))}
-        mixed = own | ({eos} if eos is not None and rng.random() < 0.5 else set())
-        model_eos = {eos} if r < 2 / 3 and eos is not None else mixed
+        if r < 2 / 3 and eos is not None:
+            model_eos = {eos}
+        else:
+            model_eos = {rng.randrange(32) for _ in range(rng.randint(1, 3))}
+            model_eos |= {eos} if eos is not None and rng.random() < 0.5 else set()
     return PrebuiltBatch(
         reqs,
         table,

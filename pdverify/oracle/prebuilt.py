@@ -105,7 +105,7 @@ def expected_min_new_tokens_stops(batch: PrebuiltBatch) -> list[set[int] | None]
             rows.append(None)
             continue
         stops = set(r.sampling.stop_token_ids or []) | set(batch.model_eos_token_ids)
-        if batch.eos_token_id is not None and not batch.skip_tokenizer_init:
+        if batch.eos_token_id is not None:  # None without a tokenizer (validate_batch)
             stops.add(batch.eos_token_id)
         rows.append({t for t in stops if 0 <= t < batch.vocab_size})
     return rows

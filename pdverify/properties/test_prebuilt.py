@@ -378,9 +378,8 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
             penalizer = min_new_tokens_penalizer(_field(out, "sampling_info"))
             assert penalizer is not None, "a request asks for min_new_tokens and no penalizer for it is prepared"
             minimum = penalizer.min_new_tokens.reshape(-1).tolist()
-            assert minimum == [r.sampling.min_new_tokens for r in batch.reqs], (
-                f"the penalizer's minimums {minimum} != the requests' {[r.sampling.min_new_tokens for r in batch.reqs]}"
-            )
+            asked = [r.sampling.min_new_tokens for r in batch.reqs]
+            assert minimum == asked, f"the penalizer's minimums {minimum} != the requests' {asked}"
             held = held_back(penalizer.stop_token_penalties)
             for i, finishing in enumerate(want_stops):
                 assert finishing is None or held[i] == finishing, _stops_message(batch, i, held[i], finishing)
@@ -391,12 +390,11 @@ def test_p27_mode_and_sampling(target: Target, device: str, batch: PrebuiltBatch
 
 def _stops_message(batch: PrebuiltBatch, i: int, held: set[int], finishing: set[int]) -> str:
     req = batch.reqs[i]
-    tokenizer_eos = None if batch.skip_tokenizer_init else batch.eos_token_id
     return (
         f"request {i} (min_new_tokens={req.sampling.min_new_tokens}) is held back from tokens {sorted(held)}, expected "
         f"the tokens it finishes on {sorted(finishing)}: missing {sorted(finishing - held)}, extra "
         f"{sorted(held - finishing)} (its stop_token_ids {req.sampling.stop_token_ids}, the model config's eos ids "
-        f"{list(batch.model_eos_token_ids)}, the tokenizer's eos {tokenizer_eos})"
+        f"{list(batch.model_eos_token_ids)}, the tokenizer's eos {batch.eos_token_id})"
     )
 
 

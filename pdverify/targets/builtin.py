@@ -67,11 +67,12 @@ def port_scheduler(batch: Any) -> Iterator[None]:
     server started with ``--skip-tokenizer-init``: no tokenizer to hold stop tokens back with), never reaches it:
     ``ServerRefuses``."""
     server = getattr(batch, "pdverify_server", None)
-    no_tokenizer = server is not None and dict(server.flags).get("skip_tokenizer_init", False)
+    tokenizer = None if server is None else server_tokenizer(server)
+    no_tokenizer = server is not None and tokenizer is None
     if server is not None:  # what the port's scheduler hands each request on receipt, as SGLang's does
+        eos_ids = model_eos_token_ids(server)
         for req in batch.reqs:
-            req.tokenizer = server_tokenizer(server)
-            req.eos_token_ids = model_eos_token_ids(server)
+            req.tokenizer, req.eos_token_ids = tokenizer, eos_ids
     for req in batch.reqs:
         seed = getattr(req.sampling_params, "sampling_seed", None)
         if seed is not None and not isinstance(seed, int):

@@ -138,12 +138,13 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     from sglang.srt import server_args as server_args_module
 
     server = getattr(batch, "pdverify_server", None)
-    _verify_sampling(batch, None if server is None else server_tokenizer(server))
+    tokenizer = None if server is None else server_tokenizer(server)
+    _verify_sampling(batch, tokenizer)
     flags: Flags = server.flags if server is not None else ()
     if server is not None:
+        eos_ids = model_eos_token_ids(server)  # one set for every request, as the scheduler's model config is one
         for req in batch.reqs:
-            req.tokenizer = server_tokenizer(server)
-            req.eos_token_ids = model_eos_token_ids(server)
+            req.tokenizer, req.eos_token_ids = tokenizer, eos_ids
     stack = published("decode", {}, flags)
     if stack is not None:
         with stack:
