@@ -174,6 +174,45 @@ def _t27_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     )
 
 
+def _stray_stop_ids(batch: Any) -> set[int]:
+    """The stop token ids the batch's requests send that the ``min_new_tokens`` penalizer's stop-token table has no
+    column for: outside ``[0, vocab_size]`` (column ``vocab_size`` is its padding, sliced off)."""
+    vocab = getattr(batch, "vocab_size", 0)
+    stops = (t for r in getattr(batch, "reqs", ()) for t in r.sampling.stop_token_ids or ())
+    return {t for t in stops if not 0 <= t <= vocab}
+
+
+def _f7_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A batch with a request that asks for ``min_new_tokens`` (the penalizer then prepares every request's stop
+    tokens) and a request - the same or another - whose stop token ids name one outside ``[0, vocab_size]``, on a
+    server with a tokenizer (without one, T27's crash comes first, or from 0.5.14 the refusal)."""
+    batch = kwargs.get("batch")
+    reqs = getattr(batch, "reqs", ())
+    return (
+        not getattr(batch, "skip_tokenizer_init", False)
+        and any(r.sampling.min_new_tokens > 0 for r in reqs)
+        and bool(_stray_stop_ids(batch))
+    )
+
+
+_F7_MESSAGE = re.compile(
+    r"^building the sampling info raised RuntimeError at min_new_tokens\.py:\d+: "
+    r"index (-?\d+) is out of bounds for dimension 1 with size (\d+)"
+)
+
+
+def _f7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The message when the penalizer's ``scatter_add_`` over its ``(n, vocab_size + 1)`` table met one of the batch's
+    stop ids outside it (``min_new_tokens.py``)."""
+    found = _F7_MESSAGE.match(message)
+    batch = kwargs["batch"]
+    return (
+        found is not None
+        and int(found.group(1)) in _stray_stop_ids(batch)
+        and int(found.group(2)) == batch.vocab_size + 1
+    )
+
+
 def _only_model_eos(batch: Any, req: Any) -> set[int]:
     """The model-configuration eos ids of ``batch`` that neither a stop token of ``req`` nor the tokenizer's eos is
     (a server without a tokenizer has no eos: ``validate_batch``)."""
@@ -1300,6 +1339,10 @@ T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
 """T26's releases: from 0.5.3 (deterministic inference and the sampling seed, #10645/#10678) to 0.5.20 (0.5.21's
 ``SamplingParams.verify`` refuses a seed outside a signed 64-bit integer)."""
 
+F7_RELEASES = (*T28_RELEASES, "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+"""F7's releases: every release (no release's ``SamplingParams.verify`` checks ``stop_token_ids`` against the
+vocabulary; upstream #27398 and #31561, which proposed it, were closed unmerged)."""
+
 PREBUILT_OBSERVERS = ("P20", "P21", "P21b", "P23", "P24", "P25", "P26", "P27", "P29", "P30")
 """The prebuilt properties besides P19 that run a drawn batch through ``prepare_for_prebuilt`` to 0.5.17 (P22,
 P22b, P28 and B3 hold #35070's contract, from 0.5.18): each sees a crash of its sampling info."""
@@ -1381,6 +1424,25 @@ KNOWN: dict[str, KnownDefect] = {
             narrower=(
                 ("P24", T26_RELEASES[T26_RELEASES.index("0.5.6") :]),
                 *((pid, ("0.5.18", "0.5.19", "0.5.20")) for pid in PREBUILT_35070),
+            ),
+        ),
+        KnownDefect(
+            "F7",
+            "P19",
+            "sglang",
+            F7_RELEASES,
+            "a request whose stop_token_ids name an id outside the vocabulary (a client's stop ids for another "
+            "model, e.g. Qwen's <|im_end|> 151645 sent to a DeepSeek decode server of vocabulary 129280), in a batch "
+            "with a request that asks for min_new_tokens: SamplingParams.verify checks logit_bias against the "
+            "vocabulary but not stop_token_ids, the min_new_tokens penalizer scatters every request's stop ids into "
+            "its (n, vocab_size + 1) table, SamplingBatchInfo.from_schedule_batch raises (on a GPU a device-side "
+            "assert) and the decode scheduler - every request on it - dies",
+            _f7_shows,
+            _f7_explains,
+            also=(*PREBUILT_OBSERVERS, *PREBUILT_35070),
+            narrower=(
+                ("P24", F7_RELEASES[F7_RELEASES.index("0.5.6") :]),
+                *((pid, F7_RELEASES[F7_RELEASES.index("0.5.18") :]) for pid in PREBUILT_35070),
             ),
         ),
         KnownDefect(

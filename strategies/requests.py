@@ -135,9 +135,10 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
     sampled temperatures, top-p, top-k (all, greedy 1 or a cut), min-p, the three penalties (each on or off), a
     logit bias of 1-3 tokens below ``vocab_size``, ``min_new_tokens`` with or without stop tokens of its own, a
     sampling seed (or none sent; from deterministic inference on, 0.5.3; one in eight sent as a string) and a custom
-    logit processor with or without parameters. Values stay inside what
-    SGLang's ``SamplingParams.verify`` accepts; the ``sglang`` target asks the release's own ``verify`` and refuses
-    what it refuses (a seed on a release that takes none included)."""
+    logit processor with or without parameters. One stop-token list in eight also names an id outside
+    ``[0, vocab_size)`` (``vocab_size`` itself, one past it, a far one or -1), which no release's ``verify`` checks.
+    The ``sglang`` target asks the release's own ``verify`` and refuses what it refuses (a seed on a release that
+    takes none included)."""
     if rng.random() < 0.5:
         return SamplingSettings()
 
@@ -167,6 +168,12 @@ def sampling_settings(rng: random.Random, vocab_size: int = 32) -> SamplingSetti
     # numbers sends it (the native API passes sampling_params through untyped; 0.5.21's verify refuses a non-integer)
     if settings.sampling_seed is not None and rng.random() < 0.125:
         settings = replace(settings, sampling_seed=str(settings.sampling_seed))
+    # drawn after that, for the same reason: one stop list in eight also names an id outside the vocabulary - the
+    # padding id ``vocab_size`` itself, one past it, another model's id (Qwen's <|im_end|> sent to a smaller
+    # vocabulary) or a negative one. The API takes any integer list; SGLang's own verify decides what it refuses.
+    if settings.stop_token_ids is not None and rng.random() < 0.125:
+        stray = rng.choice([vocab_size, vocab_size + 1, rng.randint(vocab_size + 2, 200_000), -1])
+        settings = replace(settings, stop_token_ids=[*settings.stop_token_ids, stray])
     return settings
 
 

@@ -65,7 +65,8 @@ def port_scheduler(batch: Any) -> Iterator[None]:
     (``pdverify_server``, set by the layout adapter). A request 0.5.23's ``SamplingParams.verify`` refuses (a seed
     outside a signed 64-bit integer, or not an integer), or its ``SamplingParams.normalize`` (``min_new_tokens`` on a
     server started with ``--skip-tokenizer-init``: no tokenizer to hold stop tokens back with), never reaches it:
-    ``ServerRefuses``."""
+    ``ServerRefuses``. So does a stop token id outside the vocabulary, which 0.5.23 takes (F7) and F7's candidate fix
+    refuses in ``verify``, as it refuses a logit bias outside it."""
     server = getattr(batch, "pdverify_server", None)
     tokenizer = None if server is None else server_tokenizer(server)
     no_tokenizer = server is not None and tokenizer is None
@@ -79,6 +80,12 @@ def port_scheduler(batch: Any) -> Iterator[None]:
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed!r}: not an integer")
         if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed}: outside [-2**63, 2**63 - 1]")
+        vocab = batch.model_config.vocab_size
+        stray = sorted(t for t in getattr(req.sampling_params, "stop_token_ids", None) or () if not 0 <= t < vocab)
+        if stray:
+            raise ServerRefuses(
+                f"SamplingParams.verify refuses stop_token_ids {stray}: outside [0, {vocab}) (the candidate fix of F7)"
+            )
         wanted = getattr(req.sampling_params, "min_new_tokens", 0)
         if no_tokenizer and wanted > 0:
             raise ServerRefuses(

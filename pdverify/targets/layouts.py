@@ -68,14 +68,19 @@ class PromptReadError(AssertionError):
 class SamplingInfoRaised(AssertionError):
     """The target's own ``SamplingBatchInfo.from_schedule_batch``, called by ``prepare_for_prebuilt`` on a batch its
     server took, raised: the decode scheduler's step dies there (SGLang's scheduler loop does not catch it). The
-    message names the exception and where it was raised (``file:line`` of the innermost frame outside pdverify: a
-    ``torch`` call the transfer ledger passes on raises in the ledger's frame, but the call is the target's)."""
+    message names the exception and where it was raised: ``file:line`` of the innermost frame of the target's own
+    code, outside pdverify and torch (a ``torch`` call the transfer ledger passes on raises in the ledger's and
+    torch's dispatch frames, but the call is the target's)."""
 
     @classmethod
     def of(cls, exc: BaseException) -> SamplingInfoRaised:
         frames = traceback.extract_tb(exc.__traceback__)
-        own = str(Path(__file__).resolve().parent.parent)
-        theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(own)] or frames
+        own, lib = str(Path(__file__).resolve().parent.parent), str(Path(torch.__file__).resolve().parent)
+
+        def outside(f: traceback.FrameSummary, *roots: str) -> bool:
+            return not str(Path(f.filename).resolve()).startswith(roots)
+
+        theirs = [f for f in frames if outside(f, own, lib)] or [f for f in frames if outside(f, own)] or frames
         where = f"{Path(theirs[-1].filename).name}:{theirs[-1].lineno}" if theirs else "?"
         return cls(f"building the sampling info raised {type(exc).__name__} at {where}: {exc}")
 
