@@ -204,3 +204,34 @@ def test_the_port_refuses_a_seed_that_is_no_integer() -> None:
         batch = PrebuiltBatch([req], [[1]], enable_deterministic_inference=deterministic)
         with pytest.raises(ServerRefuses, match="sampling_seed '42': not an integer"):
             run_prepare_for_prebuilt(load_target("pdverify"), batch, "cpu")
+
+
+def test_the_port_refuses_a_stop_id_outside_the_vocabulary() -> None:
+    """A stop token id outside ``[0, vocab_size)`` - the padding id ``vocab_size`` itself, one past it, a far one, a
+    negative one - is refused by the port's scheduler scope, naming the ids and the range (F7's candidate fix refuses
+    it in ``verify``; 0.5.23 takes it and crashes in the penalizer). Ids inside the vocabulary are served."""
+    from pdverify.model.batch import SamplingSettings
+    from pdverify.targets.protocol import ServerRefuses
+
+    port = load_target("pdverify")
+    for stray in (32, 33, 151645, -1):
+        req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(stop_token_ids=[5, stray]))
+        with pytest.raises(ServerRefuses, match=rf"stop_token_ids \[{stray}\]: outside \[0, 32\)"):
+            run_prepare_for_prebuilt(port, PrebuiltBatch([req], [[1]], eos_token_id=2), "cpu")
+    kept = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1, stop_token_ids=[0, 31]))
+    out = run_prepare_for_prebuilt(port, PrebuiltBatch([kept], [[1]], eos_token_id=2), "cpu")
+    assert out.fields["extend_num_tokens"] == 1
+
+
+def test_p19_sees_a_port_that_admits_a_stop_id_past_the_vocabulary() -> None:
+    """The port's refusal planted away (``stop_ids_outside`` finding none), its penalizer scatters a stray stop id
+    past its table and P19 fails on the crash - the generator reaches F7's input on the port as on SGLang."""
+    from unittest import mock
+
+    from pdverify.runner import load_properties, run_property
+    from pdverify.targets import builtin
+
+    with mock.patch.object(builtin, "stop_ids_outside", lambda ids, vocab: []):
+        run = run_property(load_properties()["P19"], load_target("pdverify"))
+    assert run.status in ("failed", "error"), run.message
+    assert "is out of bounds for dimension 1 with size 33" in run.message, run.message

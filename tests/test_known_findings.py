@@ -784,3 +784,40 @@ def test_t3_with_t17s_arrival_order() -> None:
     _bound("0.5.3", explained)
     # 0.5.12 on sorts: arrival order explains nothing there (and the budget is re-read: less than a page over)
     _bound("0.5.12", not_after_the_sort)
+
+
+def test_f7_is_a_stop_id_past_the_penalizers_table() -> None:
+    """F7 (every release): a stop id outside ``[0, vocab_size]`` in a batch where a request - any - asks for
+    ``min_new_tokens``, on a server with a tokenizer (without one T27's crash, or 0.5.14's refusal, comes first). The
+    padding id ``vocab_size`` is no stray. F7 explains only the penalizer's out-of-bounds scatter of one of the batch's
+    strays in a table of ``vocab_size + 1`` columns."""
+    from pdverify.findings import F7_RELEASES, PREBUILT_35070, PREBUILT_OBSERVERS
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+
+    f7 = KNOWN["F7"]
+    assert f7.releases == F7_RELEASES and (f7.releases[0], f7.releases[-1], len(f7.releases)) == (
+        "0.4.4.post2",
+        "0.5.23",
+        69,
+    )
+    assert f7.properties() == ("P19", *PREBUILT_OBSERVERS, *PREBUILT_35070)
+    assert f7.releases_for("P24")[0] == "0.5.6" and f7.releases_for("B3") == F7_RELEASES[-6:]
+
+    def batch(stops: list[int], minimum: int = 1, *, skip: bool = False, same: bool = False) -> dict[str, Any]:
+        asking = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=minimum))
+        other = Request(1, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=minimum if same else 0,
+                                                                   stop_token_ids=stops))  # fmt: skip
+        reqs = [other] if same else [asking, other]
+        return {"batch": PrebuiltBatch(reqs, [[1], [2]], eos_token_id=None if skip else 2, skip_tokenizer_init=skip)}
+
+    assert f7.shows(batch([33])) and f7.shows(batch([-1])) and f7.shows(batch([5, 151645], same=True))
+    assert not f7.shows(batch([32])) and not f7.shows(batch([0, 31])), "the padding column and the vocabulary"
+    assert not f7.shows(batch([33], minimum=0)) and not f7.shows(batch([33], skip=True))
+    head = "building the sampling info raised RuntimeError at min_new_tokens.py:65: index "
+    assert f7.explanation("P19")(batch([33]), head + "33 is out of bounds for dimension 1 with size 33")
+    assert f7.explanation("B3")(batch([-1]), head + "-1 is out of bounds for dimension 1 with size 33")
+    assert not f7.explanation("P19")(batch([33]), head + "34 is out of bounds for dimension 1 with size 33")
+    assert not f7.explanation("P19")(batch([33]), head + "33 is out of bounds for dimension 1 with size 34")
+    assert not f7.explanation("P19")(batch([33]), head.replace("min_new_tokens", "sampling_batch_info") + "33 is out "
+                                     "of bounds for dimension 1 with size 33")  # fmt: skip
+    assert not KNOWN["T25"].explanation("P19")({}, head + "33 is out of bounds for dimension 1 with size 33")

@@ -251,3 +251,42 @@ def test_a_seed_sent_as_a_string() -> None:
     else:
         with pytest.raises(SamplingInfoRaised, match=r"at sampling_batch_info\.py:\d+: 'str' object cannot be"):
             run_prepare_for_prebuilt(target, batch, "cpu")
+
+
+def test_the_release_takes_a_stop_id_past_the_vocabulary() -> None:
+    """A stop token id past the vocabulary goes through the release's own ``verify`` (which never checks it, F7) and
+    its penalizer scatters it out of bounds once a request of the batch asks for ``min_new_tokens``; with F7's
+    candidate check planted into ``verify`` the same batch is refused at admission, and without ``min_new_tokens`` in
+    the batch the release serves it."""
+    import inspect
+
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+    from pdverify.targets.layouts import SamplingInfoRaised, run_prepare_for_prebuilt
+    from pdverify.targets.protocol import ServerRefuses
+
+    target = release_target()
+    stray = Request(1, 0, 1, [0], [], sampling=SamplingSettings(stop_token_ids=[33]))
+    asking = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=1))
+    batch = PrebuiltBatch([asking, stray], [[1], [2]], eos_token_id=2)
+    with pytest.raises(SamplingInfoRaised, match=r"index 33 is out of bounds for dimension 1 with size 33"):
+        run_prepare_for_prebuilt(target, batch, "cpu")
+    served = run_prepare_for_prebuilt(target, PrebuiltBatch([stray], [[1], [2]], eos_token_id=2), "cpu")
+    assert served.fields["extend_num_tokens"] == 1
+    released = SamplingParams.verify
+
+    def verify_with_f7s_fix(self: Any, vocab_size: int) -> None:
+        released(self, vocab_size)
+        if any(not 0 <= t < vocab_size for t in self.stop_token_ids or ()):
+            raise ValueError(f"stop_token_ids must be in [0, {vocab_size - 1}]")
+
+    def verify_without_vocab(self: Any) -> None:  # before 0.5.x verify takes no vocabulary: the batch's is 32
+        released(self)
+        if any(not 0 <= t < 32 for t in self.stop_token_ids or ()):
+            raise ValueError("stop_token_ids must be in [0, 31]")
+
+    planted = verify_with_f7s_fix if len(inspect.signature(released).parameters) > 1 else verify_without_vocab
+    refused = pytest.raises(ServerRefuses, match=r"stop_token_ids must be in \[0, 31\]")
+    with mock.patch.object(SamplingParams, "verify", planted), refused:
+        run_prepare_for_prebuilt(target, batch, "cpu")

@@ -297,6 +297,15 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
          lambda b: b.eos_token_id is not None and b.model_eos_token_ids == (b.eos_token_id,)),
         ("deterministic inference and a seed sent as a string",
          lambda b: b.enable_deterministic_inference and any(isinstance(r.sampling.sampling_seed, str) for r in b.reqs)),
+        ("a stop id past the vocabulary in one request, min_new_tokens asked by another, a tokenizer (F7)",
+         lambda b: not b.skip_tokenizer_init and any(r.sampling.min_new_tokens > 0 and not r.sampling.stop_token_ids
+                                                     for r in b.reqs)
+         and any(t > b.vocab_size for r in b.reqs for t in r.sampling.stop_token_ids or [])),
+        ("a negative stop id beside a request asking for min_new_tokens",
+         lambda b: any(r.sampling.min_new_tokens > 0 for r in b.reqs)
+         and any(t < 0 for r in b.reqs for t in r.sampling.stop_token_ids or [])),
+        ("the padding id vocab_size as a stop id",
+         lambda b: any(b.vocab_size in (r.sampling.stop_token_ids or []) for r in b.reqs)),
         ("a tokenizer without eos, a request asking for min_new_tokens",
          lambda b: not b.skip_tokenizer_init and b.eos_token_id is None
          and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
@@ -308,3 +317,25 @@ def test_batches_reach_a_server_without_a_tokenizer(what: str, reached: Any) -> 
     the tokenizer's own or ids of their own (T28): a strategy that always handed requests a tokenizer could not reach
     T27, nor check that a release refuses what needs one, and one without model eos ids could not reach T28."""
     find(batches(), reached, settings=settings(max_examples=2000, database=None))
+
+
+def test_stop_ids_outside_the_vocabulary_are_drawn_last() -> None:
+    """One stop list in eight gains an id outside the vocabulary (``vocab_size``, one past it, a far one, -1), drawn
+    after everything else: the settings drawn from a seed are the same with the stray taken off, and most stop lists
+    carry none."""
+    import random
+
+    from pdverify.strategies.requests import sampling_settings
+
+    lists = stray = 0
+    for seed in range(4000):
+        got = sampling_settings(random.Random(seed))
+        if got.stop_token_ids is None:
+            continue
+        lists += 1
+        outside = [t for t in got.stop_token_ids if not 0 <= t < 32]
+        assert len(outside) <= 1 and got.stop_token_ids[: len(got.stop_token_ids) - len(outside)] == [
+            t for t in got.stop_token_ids if 0 <= t < 32
+        ], "the stray is appended last"
+        stray += bool(outside)
+    assert lists > 800 and 0.08 < stray / lists < 0.17, (lists, stray)

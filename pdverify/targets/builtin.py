@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,6 +59,12 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 """The sampling seeds 0.5.23's ``SamplingParams.verify`` admits (a signed 64-bit integer)."""
 
 
+def stop_ids_outside(stop_token_ids: Iterable[int] | None, vocab_size: int) -> list[int]:
+    """The stop token ids outside ``[0, vocab_size)``, sorted: what F7's candidate fix refuses in ``verify`` (the
+    ``min_new_tokens`` penalizer's table has no column past ``vocab_size``)."""
+    return sorted(t for t in stop_token_ids or () if not 0 <= t < vocab_size)
+
+
 @contextmanager
 def port_scheduler(batch: Any) -> Iterator[None]:
     """What the port's decode scheduler has published when it prepares ``batch``: the batch's server flags
@@ -81,7 +87,7 @@ def port_scheduler(batch: Any) -> Iterator[None]:
         if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed}: outside [-2**63, 2**63 - 1]")
         vocab = batch.model_config.vocab_size
-        stray = sorted(t for t in getattr(req.sampling_params, "stop_token_ids", None) or () if not 0 <= t < vocab)
+        stray = stop_ids_outside(getattr(req.sampling_params, "stop_token_ids", None), vocab)
         if stray:
             raise ServerRefuses(
                 f"SamplingParams.verify refuses stop_token_ids {stray}: outside [0, {vocab}) (the candidate fix of F7)"
