@@ -214,10 +214,11 @@ def _f7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _only_model_eos(batch: Any, req: Any) -> set[int]:
-    """The model-configuration eos ids of ``batch`` that neither a stop token of ``req`` nor the tokenizer's eos is
-    (a server without a tokenizer has no eos: ``validate_batch``)."""
+    """The model-configuration eos ids of ``batch`` that neither a stop token of ``req`` nor the tokenizer's eos or
+    additional stop tokens is (a server without a tokenizer has neither: ``validate_batch``)."""
     model = set(getattr(batch, "model_eos_token_ids", ()))
-    return model - set(req.sampling.stop_token_ids or ()) - {getattr(batch, "eos_token_id", None)}
+    tokenizer = {getattr(batch, "eos_token_id", None), *getattr(batch, "additional_stop_token_ids", ())}
+    return model - set(req.sampling.stop_token_ids or ()) - tokenizer
 
 
 def _t28_shows(kwargs: Mapping[str, Any]) -> bool:

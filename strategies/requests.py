@@ -264,6 +264,9 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
         else:
             model_eos = {rng.randrange(32) for _ in range(rng.randint(1, 3))}
             model_eos |= {eos} if eos is not None and rng.random() < 0.5 else set()
+    # the tokenizer's own stop token besides its eos (drawn after the rest, for the same reason): one tokenizer in
+    # four has one (Llama 3's <|eom_id|>, which attach_additional_stop_token_ids finds in its added vocabulary)
+    additional = (rng.randrange(32),) if layout and not skip_tokenizer and rng.random() < 0.25 else ()
     return PrebuiltBatch(
         reqs,
         table,
@@ -273,4 +276,5 @@ def draw_batch(c: Choices, *, min_requests: int, max_requests: int, max_prompt: 
         eos_token_id=None if skip_tokenizer else eos,
         skip_tokenizer_init=skip_tokenizer,
         model_eos_token_ids=tuple(sorted(model_eos)),
+        additional_stop_token_ids=additional,
     )

@@ -235,3 +235,13 @@ def test_p19_sees_a_port_that_admits_a_stop_id_past_the_vocabulary() -> None:
         run = run_property(load_properties()["P19"], load_target("pdverify"))
     assert run.status in ("failed", "error"), run.message
     assert "is out of bounds for dimension 1 with size 33" in run.message, run.message
+
+
+def test_a_tokenizers_additional_stop_tokens_are_its_own() -> None:
+    """A tokenizer's additional stop tokens (Llama 3's ``<|eom_id|>``) are token ids of the vocabulary, and a server
+    without a tokenizer has none: both refused, naming the field."""
+    with pytest.raises(ValueError, match=r"additional_stop_token_ids=\(5,\) with skip_tokenizer_init: .*must be empty"):
+        validate_batch(PrebuiltBatch([], [[0]], skip_tokenizer_init=True, additional_stop_token_ids=(5,)))
+    with pytest.raises(ValueError, match=r"additional_stop_token_ids: 32 is not a token id .*vocab_size=32"):
+        validate_batch(PrebuiltBatch([], [[0]], additional_stop_token_ids=(32,)))
+    validate_batch(PrebuiltBatch([], [[0]], additional_stop_token_ids=(31,)))

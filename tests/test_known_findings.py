@@ -753,6 +753,9 @@ def test_t28_is_the_penalizer_without_the_models_eos_ids() -> None:
                                        model_eos_token_ids=model)}  # fmt: skip
 
     assert t28.shows(batch((2, 3))) and not t28.shows(batch((2,))) and not t28.shows(batch((2, 3), stops=[3]))
+    eom = batch((2, 3))
+    eom["batch"] = replace(eom["batch"], additional_stop_token_ids=(3,))
+    assert not t28.shows(eom), "the tokenizer's additional stop token is held back on every release"
     assert not t28.shows(batch((2, 3), minimum=0)) and not t28.shows(batch(()))
     head = "request 0 (min_new_tokens=1) is held back from tokens [2], expected the tokens it finishes on [2, 3]: "
     assert t28.explains(batch((2, 3)), head + "missing [3], extra [] (its stop_token_ids None, ...)")

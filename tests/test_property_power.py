@@ -38,7 +38,7 @@ KILLERS: dict[str, list[str]] = {
     "P24": ["PB06"],
     "P25": ["PB11", "PB12"],
     "P26": ["PB10", "PB17", "PB19"],
-    "P27": ["PB20", "PB21", "PB24"],
+    "P27": ["PB20", "PB21", "PB24", "PB25"],
     "P28": ["PB01", "PB08"],
     "P29": ["PB14"],
     "P30": ["field-clobber"],

@@ -290,3 +290,22 @@ def test_the_release_takes_a_stop_id_past_the_vocabulary() -> None:
     refused = pytest.raises(ServerRefuses, match=r"stop_token_ids must be in \[0, 31\]")
     with mock.patch.object(SamplingParams, "verify", planted), refused:
         run_prepare_for_prebuilt(target, batch, "cpu")
+
+
+def test_the_tokenizers_additional_stop_token_is_the_releases_own() -> None:
+    """The tokenizer stand-in holds its additional stop token in its added vocabulary as ``<|eom_id|>``, and the
+    release's own ``attach_additional_stop_token_ids`` makes it a stop token; the release's penalizer holds it back
+    for a request asking for ``min_new_tokens`` (P27's oracle expects it)."""
+    from pdverify.model.batch import PrebuiltBatch, Request, SamplingSettings
+    from pdverify.oracle.prebuilt import expected_min_new_tokens_stops
+    from pdverify.targets.layouts import run_prepare_for_prebuilt
+
+    req = Request(0, 0, 1, [0], [], sampling=SamplingSettings(min_new_tokens=2))
+    batch = PrebuiltBatch([req], [[1]], eos_token_id=2, additional_stop_token_ids=(7,))
+    out = run_prepare_for_prebuilt(release_target(), batch, "cpu")
+    tokenizer = out.batch_object.reqs[0].tokenizer
+    assert tokenizer.get_added_vocab() == {"<|eom_id|>": 7} and tokenizer.additional_stop_token_ids == {7}
+    orchestrator = out.sampling_info_returned.penalizer_orchestrator
+    penalizer = next(p for p in vars(orchestrator).get("penalizers", {}).values() if hasattr(p, "stop_token_penalties"))
+    held = set(torch.isinf(penalizer.stop_token_penalties[0]).nonzero().flatten().tolist())
+    assert expected_min_new_tokens_stops(batch) == [held] and held == {2, 7}

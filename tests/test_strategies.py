@@ -304,6 +304,8 @@ def test_pd_exchanges_give_prefill_an_swa_pool_with_every_swa_list(pair: Any) ->
         ("a negative stop id beside a request asking for min_new_tokens",
          lambda b: any(r.sampling.min_new_tokens > 0 for r in b.reqs)
          and any(t < 0 for r in b.reqs for t in r.sampling.stop_token_ids or [])),
+        ("a tokenizer with an additional stop token, a request asking for min_new_tokens",
+         lambda b: b.additional_stop_token_ids and any(r.sampling.min_new_tokens > 0 for r in b.reqs)),
         ("the padding id vocab_size as a stop id",
          lambda b: any(b.vocab_size in (r.sampling.stop_token_ids or []) for r in b.reqs)),
         ("a tokenizer without eos, a request asking for min_new_tokens",

@@ -111,7 +111,10 @@ class PrebuiltBatch:
     ``eos_token_id`` must be None with it. ``model_eos_token_ids`` are the model configuration's end-of-sequence
     ids (``ModelConfig.hf_eos_token_id``, from the model's config and generation config; e.g. Llama-3.1-Instruct's
     three), which the scheduler gives each request as its ``eos_token_ids``: finish detection ends a request on any
-    of them, with or without a tokenizer.
+    of them, with or without a tokenizer. ``additional_stop_token_ids`` are the tokenizer's own stop tokens besides
+    its eos (``attach_additional_stop_token_ids``: Llama 3's ``<|eom_id|>``, which tool calls end on; None - here
+    empty - for most tokenizers), which finish detection and the ``min_new_tokens`` penalizer read off the tokenizer:
+    a server without a tokenizer has none.
     """
 
     reqs: list[Request]
@@ -123,6 +126,7 @@ class PrebuiltBatch:
     eos_token_id: int | None = None
     skip_tokenizer_init: bool = False
     model_eos_token_ids: tuple[int, ...] = ()
+    additional_stop_token_ids: tuple[int, ...] = ()
 
     def server_flags(self) -> dict[str, bool]:
         """The server flags set (``ServerArgs`` field -> True): what a release without the flag refuses."""
@@ -182,12 +186,16 @@ def validate_batch(batch: PrebuiltBatch) -> None:
             f"eos_token_id={batch.eos_token_id} with skip_tokenizer_init: a server started with --skip-tokenizer-init "
             "has no tokenizer, so no tokenizer end-of-sequence token (eos_token_id must be None)"
         )
-    for token in batch.model_eos_token_ids:
-        require_int("model_eos_token_ids", token, minimum=0)
-        if token >= batch.vocab_size:
-            raise ValueError(
-                f"model_eos_token_ids: {token} is not a token id of the vocabulary (vocab_size={batch.vocab_size})"
-            )
+    if batch.skip_tokenizer_init and batch.additional_stop_token_ids:
+        raise ValueError(
+            f"additional_stop_token_ids={batch.additional_stop_token_ids} with skip_tokenizer_init: a server started "
+            "with --skip-tokenizer-init has no tokenizer, so no tokenizer stop tokens (they must be empty)"
+        )
+    for name in ("model_eos_token_ids", "additional_stop_token_ids"):
+        for token in getattr(batch, name):
+            require_int(name, token, minimum=0)
+            if token >= batch.vocab_size:
+                raise ValueError(f"{name}: {token} is not a token id of the vocabulary (vocab_size={batch.vocab_size})")
     rows = batch.req_to_token
     width = len(rows[0]) if rows else 0
     for r, row in enumerate(rows):

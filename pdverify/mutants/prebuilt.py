@@ -77,6 +77,7 @@ def _prepare(self: Any, fault: str) -> None:
     if fault == "PB21":  # the batch sorted for the sampling info's build and put back after
         self.reqs = sorted(reqs, key=lambda r: -len(r.origin_input_ids))
     held = [(r, r.custom_logit_processor, r.sampling_params, getattr(r, "eos_token_ids", None)) for r in reqs]
+    tokenizers = [getattr(r, "tokenizer", None) for r in reqs]
     for r in reqs:
         if fault == "PB22":  # the requests rebuilt from decode's metadata, without the client's processor
             r.custom_logit_processor = None
@@ -84,11 +85,15 @@ def _prepare(self: Any, fault: str) -> None:
             r.sampling_params = SimpleNamespace(**{**vars(r.sampling_params), "sampling_seed": None})
         if fault == "PB24":  # the penalizer's stop set without the model configuration's eos ids (#31378 undone)
             r.eos_token_ids = None
+        if fault == "PB25" and getattr(r, "tokenizer", None) is not None:  # ... without the tokenizer's added ones
+            r.tokenizer = SimpleNamespace(**{**vars(r.tokenizer), "additional_stop_token_ids": None})
     self.sampling_info = port.SamplingBatchInfo.from_schedule_batch(self, self.model_config.vocab_size)
-    for r, processor, params, eos_ids in held:
+    for (r, processor, params, eos_ids), tokenizer in zip(held, tokenizers, strict=True):
         r.custom_logit_processor, r.sampling_params = processor, params
         if fault == "PB24":
             r.eos_token_ids = eos_ids
+        if fault == "PB25":
+            r.tokenizer = tokenizer
     self.reqs = reqs if fault == "PB21" else self.reqs
     if fault == "PB20":
         self.sampling_info = port.SamplingBatchInfo.from_schedule_batch(self, self.model_config.vocab_size)
@@ -119,6 +124,7 @@ FAULTS = {
     "PB22": ("wrong source", "sampling info built over the requests without their custom logit processors"),
     "PB23": ("wrong source", "sampling info built over sampling parameters without the client's seed"),
     "PB24": ("missing term", "min_new_tokens penalizer without the model configuration's eos ids (#31378 undone)"),
+    "PB25": ("missing term", "min_new_tokens penalizer without the tokenizer's additional stop tokens (<|eom_id|>)"),
 }
 
 

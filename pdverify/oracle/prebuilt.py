@@ -95,7 +95,8 @@ def expected_sampling_seeds(params: list[Any], deterministic: bool) -> list[int]
 def expected_min_new_tokens_stops(batch: PrebuiltBatch) -> list[set[int] | None] | None:
     """The tokens the ``min_new_tokens`` penalizer holds back, row by row: None where no request asks for
     ``min_new_tokens`` (no penalizer); else, for a request that asks, every token it finishes on - its own stop
-    tokens, the model configuration's eos ids and the tokenizer's eos (a server without a tokenizer has none) - and
+    tokens, the model configuration's eos ids, the tokenizer's eos and its additional stop tokens (a server without a
+    tokenizer has neither) - and
     None for a request that does not ask (whatever its row holds never applies)."""
     if not any(r.sampling.min_new_tokens > 0 for r in batch.reqs):
         return None
@@ -105,6 +106,7 @@ def expected_min_new_tokens_stops(batch: PrebuiltBatch) -> list[set[int] | None]
             rows.append(None)
             continue
         stops = set(r.sampling.stop_token_ids or []) | set(batch.model_eos_token_ids)
+        stops |= set(batch.additional_stop_token_ids)
         if batch.eos_token_id is not None:  # None without a tokenizer (validate_batch)
             stops.add(batch.eos_token_id)
         rows.append({t for t in stops if 0 <= t < batch.vocab_size})

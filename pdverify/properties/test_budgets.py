@@ -29,8 +29,8 @@ SAMPLING_H2D_PER_REQUEST = 10
 ``prepare_for_prebuilt`` calls (temperature, top-p, top-k, min-p, seed, the three penalties, ``min_new_tokens``
 and a custom logit processor's row: one each), plus three per logit-bias entry (its row, column and value) and,
 where a request holds its stop tokens back (``min_new_tokens``), one per slot of the padded stop-token list (every
-request times the most stop tokens one has: its own, the model configuration's and the tokenizer's end of
-sequence). Kept apart from the budget
+request times the most stop tokens one has: its own, the model configuration's end of sequence and the
+tokenizer's, and the tokenizer's additional stop tokens). Kept apart from the budget
 above (the ledger's ``sampling_info`` aside) and bounded on its own: what it copies grows with the batch and the
 client's parameters, never with the prompt."""
 
@@ -40,7 +40,8 @@ def stop_slots(batch: PrebuiltBatch) -> int:
     ``min_new_tokens``): every request times the most distinct stop tokens one has."""
     if not any(r.sampling.min_new_tokens > 0 for r in batch.reqs):
         return 0
-    eos = set(batch.model_eos_token_ids) | (set() if batch.eos_token_id is None else {batch.eos_token_id})
+    eos = set(batch.model_eos_token_ids) | set(batch.additional_stop_token_ids)
+    eos |= set() if batch.eos_token_id is None else {batch.eos_token_id}
     return len(batch.reqs) * max(len(set(r.sampling.stop_token_ids or []) | eos) for r in batch.reqs)
 
 

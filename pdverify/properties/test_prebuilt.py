@@ -394,7 +394,8 @@ def _stops_message(batch: PrebuiltBatch, i: int, held: set[int], finishing: set[
         f"request {i} (min_new_tokens={req.sampling.min_new_tokens}) is held back from tokens {sorted(held)}, expected "
         f"the tokens it finishes on {sorted(finishing)}: missing {sorted(finishing - held)}, extra "
         f"{sorted(held - finishing)} (its stop_token_ids {req.sampling.stop_token_ids}, the model config's eos ids "
-        f"{list(batch.model_eos_token_ids)}, the tokenizer's eos {batch.eos_token_id})"
+        f"{list(batch.model_eos_token_ids)}, the tokenizer's eos {batch.eos_token_id} and additional stop tokens "
+        f"{list(batch.additional_stop_token_ids)})"
     )
 
 

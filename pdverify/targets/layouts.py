@@ -380,6 +380,7 @@ def build_batch_object(
             flags=tuple(sorted(batch.server_flags().items())),
             eos_token_id=batch.eos_token_id,
             model_eos_token_ids=batch.model_eos_token_ids,
+            additional_stop_token_ids=batch.additional_stop_token_ids,
         ),
         **{name: _UNSET for name in BATCH_FIELDS},
     )

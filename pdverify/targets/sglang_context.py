@@ -128,8 +128,9 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     the release does not have, or that its validation rejects, is ``ServerRefuses``), 0.5.1-0.5.3.post1's
     ``global_server_args_dict`` entries, 0.4.x's batch flag. Each request gets the server's tokenizer, as the
     scheduler hands it over on receipt (``req.tokenizer = self.tokenizer``): None with ``--skip-tokenizer-init``, else
-    a stand-in for a Hugging Face tokenizer (a model's files), with the batch's end-of-sequence token and SGLang's
-    ``additional_stop_token_ids`` None; and the model configuration's eos ids as its ``eos_token_ids``.
+    a stand-in for a Hugging Face tokenizer (a model's files), with the batch's end-of-sequence token and its
+    additional stop token in its added vocabulary, from which the release's own ``attach_additional_stop_token_ids``
+    sets ``additional_stop_token_ids``; and the model configuration's eos ids as its ``eos_token_ids``.
 
     Before any of it, each request's sampling parameters pass the release's own ``SamplingParams.normalize`` (with
     the server's tokenizer, None with ``--skip-tokenizer-init``) and ``verify`` (what the tokenizer manager runs
@@ -139,6 +140,8 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
 
     server = getattr(batch, "pdverify_server", None)
     tokenizer = None if server is None else server_tokenizer(server)
+    if tokenizer is not None:
+        attach_release_stop_tokens(tokenizer)
     _verify_sampling(batch, tokenizer)
     flags: Flags = server.flags if server is not None else ()
     if server is not None:
@@ -178,13 +181,41 @@ def model_eos_token_ids(server: Any) -> set[int] | None:
     return ids or None
 
 
+EOM = "<|eom_id|>"
+"""The added token every release's ``attach_additional_stop_token_ids`` makes a stop token (Llama 3's end of a tool
+call's message)."""
+
+
 def server_tokenizer(server: Any) -> Any:
     """The tokenizer the decode scheduler hands each request: None on a server started with
     ``--skip-tokenizer-init`` (``Scheduler.init_tokenizer``: ``self.tokenizer = self.processor = None``), else a
-    stand-in with the server's end-of-sequence token and SGLang's ``additional_stop_token_ids`` None."""
+    stand-in with the server's end-of-sequence token, an added vocabulary holding its additional stop token as
+    ``<|eom_id|>`` (``get_added_vocab``), and ``additional_stop_token_ids`` as SGLang's
+    ``attach_additional_stop_token_ids`` sets them from it (a set, None where there is none)."""
     if dict(server.flags).get("skip_tokenizer_init"):
         return None
-    return SimpleNamespace(eos_token_id=server.eos_token_id, additional_stop_token_ids=None)
+    ids = tuple(getattr(server, "additional_stop_token_ids", ()))
+    added = {EOM: ids[0]} if ids else {}
+    return SimpleNamespace(
+        eos_token_id=server.eos_token_id, additional_stop_token_ids=set(ids) or None, get_added_vocab=lambda: added
+    )
+
+
+def attach_release_stop_tokens(tokenizer: Any) -> None:  # pragma: no cover - conformance venv
+    """The installed release's own ``attach_additional_stop_token_ids`` run on the stand-in ``tokenizer`` (as
+    ``get_tokenizer`` runs it on a loaded one): the release decides its additional stop tokens from its added
+    vocabulary."""
+    import importlib
+
+    for name in ("utils.hf_transformers.common", "utils.hf_transformers_utils", "hf_transformers_utils"):
+        try:
+            module = importlib.import_module(f"sglang.srt.{name}")
+        except ImportError:
+            continue
+        if hasattr(module, "attach_additional_stop_token_ids"):
+            module.attach_additional_stop_token_ids(tokenizer)
+            return
+    raise ImportError("this release has no attach_additional_stop_token_ids")
 
 
 def _verify_sampling(batch: Any, tokenizer: Any) -> None:  # pragma: no cover - conformance venv
