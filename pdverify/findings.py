@@ -1351,6 +1351,17 @@ P22b, P28 and B3 hold #35070's contract, from 0.5.18): each sees a crash of its 
 PREBUILT_35070 = ("P22", "P22b", "P28", "B3")
 """The prebuilt properties of #35070's contract (from 0.5.18): they see T26 on 0.5.18-0.5.20."""
 
+def _sampling_info_crash(releases: tuple[str, ...]) -> dict[str, Any]:
+    """``also`` and ``narrower`` of a defect that crashes the sampling info ``prepare_for_prebuilt`` builds, found by
+    P19 on ``releases`` (oldest first): every other prebuilt property sees the crash too - P24 from 0.5.6 (its
+    contract, the retracted stain), and #35070's properties from 0.5.18 where ``releases`` reach it."""
+    late = releases[releases.index("0.5.18") :] if "0.5.18" in releases else ()
+    return {
+        "also": (*PREBUILT_OBSERVERS, *(PREBUILT_35070 if late else ())),
+        "narrower": (("P24", releases[releases.index("0.5.6") :]), *((pid, late) for pid in PREBUILT_35070 if late)),
+    }
+
+
 T5_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
                "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")  # fmt: skip
 
@@ -1378,8 +1389,7 @@ KNOWN: dict[str, KnownDefect] = {
             "the scheduler - dies (fixed in 0.5.17, upstream #31973)",
             _t25_shows,
             _t25_explains,
-            also=PREBUILT_OBSERVERS,
-            narrower=(("P24", T25_RELEASES[T25_RELEASES.index("0.5.6") :]),),
+            **_sampling_info_crash(T25_RELEASES),
         ),
         KnownDefect(
             "T27",
@@ -1393,8 +1403,7 @@ KNOWN: dict[str, KnownDefect] = {
             "upstream #27882)",
             _t27_shows,
             _t27_explains,
-            also=PREBUILT_OBSERVERS,
-            narrower=(("P24", T27_RELEASES[T27_RELEASES.index("0.5.6") :]),),
+            **_sampling_info_crash(T27_RELEASES),
         ),
         KnownDefect(
             "T28",
@@ -1421,11 +1430,7 @@ KNOWN: dict[str, KnownDefect] = {
             "signed 64-bit range)",
             _t26_shows,
             _t26_explains,
-            also=(*PREBUILT_OBSERVERS, *PREBUILT_35070),
-            narrower=(
-                ("P24", T26_RELEASES[T26_RELEASES.index("0.5.6") :]),
-                *((pid, ("0.5.18", "0.5.19", "0.5.20")) for pid in PREBUILT_35070),
-            ),
+            **_sampling_info_crash(T26_RELEASES),
         ),
         KnownDefect(
             "F7",
@@ -1440,11 +1445,7 @@ KNOWN: dict[str, KnownDefect] = {
             "assert) and the decode scheduler - every request on it - dies",
             _f7_shows,
             _f7_explains,
-            also=(*PREBUILT_OBSERVERS, *PREBUILT_35070),
-            narrower=(
-                ("P24", F7_RELEASES[F7_RELEASES.index("0.5.6") :]),
-                *((pid, F7_RELEASES[F7_RELEASES.index("0.5.18") :]) for pid in PREBUILT_35070),
-            ),
+            **_sampling_info_crash(F7_RELEASES),
         ),
         KnownDefect(
             "T2",
