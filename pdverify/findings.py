@@ -1351,6 +1351,7 @@ P22b, P28 and B3 hold #35070's contract, from 0.5.18): each sees a crash of its 
 PREBUILT_35070 = ("P22", "P22b", "P28", "B3")
 """The prebuilt properties of #35070's contract (from 0.5.18): they see T26 on 0.5.18-0.5.20."""
 
+
 def _sampling_info_crash(releases: tuple[str, ...]) -> dict[str, Any]:
     """``also`` and ``narrower`` of a defect that crashes the sampling info ``prepare_for_prebuilt`` builds, found by
     P19 on ``releases`` (oldest first): every other prebuilt property sees the crash too - P24 from 0.5.6 (its
