@@ -824,3 +824,13 @@ def test_f7_is_a_stop_id_past_the_penalizers_table() -> None:
     assert not f7.explanation("P19")(batch([33]), head.replace("min_new_tokens", "sampling_batch_info") + "33 is out "
                                      "of bounds for dimension 1 with size 33")  # fmt: skip
     assert not KNOWN["T25"].explanation("P19")({}, head + "33 is out of bounds for dimension 1 with size 33")
+
+
+def test_t14_is_pinned_for_its_properties() -> None:
+    """T14's evidence does not hang on what the generator draws: the queue properties' explicit examples hold a case
+    in its signature (a hybrid SWA pool whose tails end inside a page, against an SWA budget they overrun in pages)."""
+    from pdverify.properties.test_decode_queue import EXAMPLES
+
+    t14 = KNOWN["T14"]
+    assert t14.properties() == ("Q2", "Q3")
+    assert any(t14.shows({"case": case}) for case in EXAMPLES)

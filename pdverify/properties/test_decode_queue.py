@@ -96,6 +96,17 @@ EXAMPLES = [
     # a hybrid SWA pool (window 4) with SWA pages for one tail: the second request fails, the third (its prefix
     # matched) too, releasing its lock; the pass goes on
     _queue(R(6), R(7), R(9, prefix_pages=(90,)), radix=True, swa_free_pages=(70, 71), window=4),
+    # a hybrid SWA pool at page size 2, a 1-token window and an SWA budget of 5 tokens: each 1-token request's SWA
+    # tail takes a whole 2-token page, so two of the three fit - three if each tail is charged its raw token (T14)
+    _queue(
+        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
+        page_size=2,
+        free_pages=tuple(range(1, 24)),
+        token_budget=46,
+        swa_free_pages=(1, 2, 3, 4, 5, 6),
+        window=1,
+        swa_token_budget=5,
+    ),
     # a matched prefix is not charged again: 9 - 8 + 8 = 9 tokens fit a budget of 10
     _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=10),
     # the host reserve counts: 8 prompt tokens + 4 reserved do not fit 2 free host pages (8 tokens)
