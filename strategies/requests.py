@@ -188,8 +188,9 @@ def batches(
     request-to-token table (plus ``spare_rows`` unused rows); rows are paged with distinct slot values
     across the table; ``return_logprob`` on or off; the decode server's sampling configuration (custom logit
     processors, deterministic inference, its tokenizer's eos or none, one server in eight of all - a quarter of
-    the laid-out ones - started with ``--skip-tokenizer-init``, so no tokenizer at all - and its model
-    configuration's eos ids: none, the tokenizer's, or ids of their own). With ``min_requests`` 0 an
+    the laid-out ones - started with ``--skip-tokenizer-init``, so no tokenizer at all - the tokenizer's additional
+    stop token, one tokenizer in four, and its model configuration's eos ids: none, the tokenizer's, or ids of their
+    own). With ``min_requests`` 0 an
     empty batch is a rarity (one in 16): decode never prepares one, and the simplest example is a batch of one
     request."""
     check_int("min_requests", min_requests)
