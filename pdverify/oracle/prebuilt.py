@@ -96,8 +96,7 @@ def expected_min_new_tokens_stops(batch: PrebuiltBatch) -> list[set[int] | None]
     """The tokens the ``min_new_tokens`` penalizer holds back, row by row: None where no request asks for
     ``min_new_tokens`` (no penalizer); else, for a request that asks, every token it finishes on - its own stop
     tokens, the model configuration's eos ids, the tokenizer's eos and its additional stop tokens (a server without a
-    tokenizer has neither) - and
-    None for a request that does not ask (whatever its row holds never applies)."""
+    tokenizer has neither) - and None for a request that does not ask (whatever its row holds never applies)."""
     if not any(r.sampling.min_new_tokens > 0 for r in batch.reqs):
         return None
     rows: list[set[int] | None] = []

@@ -80,13 +80,13 @@ def port_scheduler(batch: Any) -> Iterator[None]:
         eos_ids = model_eos_token_ids(server)
         for req in batch.reqs:
             req.tokenizer, req.eos_token_ids = tokenizer, eos_ids
+    vocab = batch.model_config.vocab_size
     for req in batch.reqs:
         seed = getattr(req.sampling_params, "sampling_seed", None)
         if seed is not None and not isinstance(seed, int):
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed!r}: not an integer")
         if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
             raise ServerRefuses(f"SamplingParams.verify refuses sampling_seed {seed}: outside [-2**63, 2**63 - 1]")
-        vocab = batch.model_config.vocab_size
         stray = stop_ids_outside(getattr(req.sampling_params, "stop_token_ids", None), vocab)
         if stray:
             raise ServerRefuses(

@@ -205,6 +205,12 @@ def attach_release_stop_tokens(tokenizer: Any) -> None:  # pragma: no cover - co
     """The installed release's own ``attach_additional_stop_token_ids`` run on the stand-in ``tokenizer`` (as
     ``get_tokenizer`` runs it on a loaded one): the release decides its additional stop tokens from its added
     vocabulary."""
+    _release_attach()(tokenizer)
+
+
+@functools.cache
+def _release_attach() -> Any:  # pragma: no cover - conformance venv
+    """The installed release's ``attach_additional_stop_token_ids``, wherever its era keeps it (looked up once)."""
     import importlib
 
     for name in ("utils.hf_transformers.common", "utils.hf_transformers_utils", "hf_transformers_utils"):
@@ -213,8 +219,7 @@ def attach_release_stop_tokens(tokenizer: Any) -> None:  # pragma: no cover - co
         except ImportError:
             continue
         if hasattr(module, "attach_additional_stop_token_ids"):
-            module.attach_additional_stop_token_ids(tokenizer)
-            return
+            return module.attach_additional_stop_token_ids
     raise ImportError("this release has no attach_additional_stop_token_ids")
 
 
