@@ -130,8 +130,8 @@ def test_the_server_flags_reach_the_release() -> None:
 
 def test_p27_fails_when_the_flags_are_not_published() -> None:
     """A scheduler scope that publishes the server's sampling flags at their defaults whatever the batch's (its
-    tokenizer and model eos ids stay the batch's): the release's sampling info runs no processor and keeps no seeds,
-    and P27's clauses see it."""
+    tokenizer, its additional stop token and the model eos ids stay the batch's): the release's sampling info runs
+    no processor and keeps no seeds, and P27's clauses see it."""
     from types import SimpleNamespace
 
     from pdverify.runner import load_properties, run_property
@@ -143,7 +143,10 @@ def test_p27_fails_when_the_flags_are_not_published() -> None:
         server = batch.pdverify_server
         tokenizer = tuple((k, v) for k, v in server.flags if k == "skip_tokenizer_init")
         batch.pdverify_server = SimpleNamespace(
-            flags=tokenizer, eos_token_id=server.eos_token_id, model_eos_token_ids=server.model_eos_token_ids
+            flags=tokenizer,
+            eos_token_id=server.eos_token_id,
+            model_eos_token_ids=server.model_eos_token_ids,
+            additional_stop_token_ids=server.additional_stop_token_ids,
         )
         return prebuilt_scheduler(batch)
 
