@@ -87,10 +87,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = order if DOMAIN.has("priority_scheduling") else None
     max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
     # the decode PP loop's pass: given rids_to_check (#14945, 0.5.7), or from 0.5.17 the stages' consensus (#31869),
-    # the form every PP scheduler from then on passes (none passes rids_to_check any more, and a PP pass refuses it)
-    restrict = c.boolean() and DOMAIN.has("rids_to_check")
-    pp = restrict and DOMAIN.has("pp_consensus")
-    restrict = restrict and not pp
+    # the form every PP scheduler from then on passes (none passes rids_to_check any more - outside those releases'
+    # domain, releases.UNMADE_FROM - and a PP pass refuses it)
+    checked_pass = c.boolean()
+    pp = checked_pass and DOMAIN.has("pp_consensus")
+    restrict = checked_pass and not pp and DOMAIN.has("rids_to_check")
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it
     policy = c.pick(ALLOCATION_POLICIES) if DOMAIN.allocation_policy else "early"

@@ -232,6 +232,30 @@ def test_decode_queues_draw_no_pp_pass_before_the_consensus() -> None:
         bind_release(None)
 
 
+@pytest.mark.parametrize("release", ["0.5.17", "0.5.23"])
+def test_decode_queues_draw_no_rids_to_check_pass_where_no_caller_makes_one(release: str) -> None:
+    """From 0.5.17 no caller passes ``rids_to_check`` (#31869: the PP loop passes the consensus): no restricted pass
+    is drawn, the PP pass is, and a restricted explicit example is outside the release's domain. The port, with no
+    release, keeps the argument its signature takes."""
+    from pdverify.properties.releases import bind_release, features_lacking, release_features
+    from pdverify.properties.test_decode_queue import EXAMPLES
+
+    restricted = [case for case in EXAMPLES if case.restrict]
+    assert len(restricted) == 2, "the queue properties' explicit rids_to_check examples"
+    for case in restricted:
+        assert features_lacking([case], release_features("0.5.16")) == []
+        assert features_lacking([case], release_features(None)) == []
+        assert features_lacking([case], release_features("0.5.24.dev0+main")) == ["rids_to_check"]
+        assert features_lacking([case], release_features(release)) == ["rids_to_check"]
+    bind_release(release)
+    try:
+        with pytest.raises(NoSuchExample):
+            find(decode_queues(), lambda c: c.restrict, settings=settings(max_examples=300, database=None))
+        find(decode_queues(), lambda c: c.pp_consensus, settings=settings(max_examples=300, database=None))
+    finally:
+        bind_release(None)
+
+
 def test_decode_cases_reach_a_shortfall_ending_inside_a_cached_sequence() -> None:
     """D3's whole-leaf eviction is drawn: the pages the request lacks end inside a cached sequence of several pages
     (the tree then frees more than the shortfall); a strategy that drew one-page leaves only hides XD12."""

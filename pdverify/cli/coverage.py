@@ -90,6 +90,10 @@ NOT_DRIVEN = "not driven"
 REFUSED = "refused by the server"
 """A branch only configurations the release refuses to start with can take (``targets.ServerRefuses``): out of
 the reachable total, as a branch unreachable on CPU is."""
+NO_CALLER = "no caller"
+"""A branch only an argument no caller in the release passes can take (the unit still takes it:
+``releases.UNMADE_FROM``): out of the reachable total too."""
+OUT_OF_REACH = (UNREACHABLE, REFUSED, NO_CALLER)
 UNEXPLAINED = "UNEXPLAINED"
 
 
@@ -168,15 +172,15 @@ def summarize(
 
 def load_unreached(path: Path) -> list[dict[str, Any]]:
     """The ``--unreached`` file's entries: ``function`` (a qualname suffix), ``branch`` (a substring of the line
-    the branch leaves), optional ``line``, ``kind`` (``unreachable on CPU``, ``not driven`` or ``refused by the
-    server``) and ``reason``."""
+    the branch leaves), optional ``line``, ``kind`` (``unreachable on CPU``, ``not driven``, ``refused by the
+    server`` or ``no caller``) and ``reason``."""
     entries: list[dict[str, Any]] = json.loads(path.read_text())["entries"]
     for i, e in enumerate(entries):
         missing = [k for k in ("function", "branch", "kind", "reason") if not e.get(k)]
-        if missing or e["kind"] not in (UNREACHABLE, NOT_DRIVEN, REFUSED):
+        if missing or e["kind"] not in (*OUT_OF_REACH, NOT_DRIVEN):
             raise ValueError(
-                f"{path}: entry {i} needs function, branch, reason and a kind of {UNREACHABLE!r}, {NOT_DRIVEN!r} or "
-                f"{REFUSED!r}: {e}"
+                f"{path}: entry {i} needs function, branch, reason and a kind of {UNREACHABLE!r}, {NOT_DRIVEN!r}, "
+                f"{REFUSED!r} or {NO_CALLER!r}: {e}"
             )
     return entries
 
@@ -247,14 +251,15 @@ def markdown(rows: list[FunctionCoverage], title: str, unreached: list[Unreached
         covered = sum(r.covered_branches for r in rows)
         total = sum(r.branches for r in rows)
         reachable = total - sum(r.unreachable for r in rows)
-        kinds = {k: sum(1 for u in unreached if u.kind == k) for k in (UNREACHABLE, REFUSED, NOT_DRIVEN, UNEXPLAINED)}
+        kinds = {k: sum(1 for u in unreached if u.kind == k) for k in (*OUT_OF_REACH, NOT_DRIVEN, UNEXPLAINED)}
         lines += [
             "",
             f"All functions: {covered}/{total} branches ({100.0 * covered / max(total, 1):.1f}%); of the {reachable} "
-            f"reachable on CPU in a configuration the release starts with, {covered} "
+            f"reachable on CPU in a configuration the release starts with and from an input its callers make, {covered} "
             f"({100.0 * covered / max(reachable, 1):.1f}%). Branches not taken: "
             f"{kinds[UNREACHABLE]} unreachable on CPU, {kinds[REFUSED]} refused by the server (configurations the "
-            f"release does not start with), {kinds[NOT_DRIVEN]} not driven, "
+            f"release does not start with), {kinds[NO_CALLER]} taken only by an argument no caller in the release "
+            f"passes, {kinds[NOT_DRIVEN]} not driven, "
             f"{kinds[UNEXPLAINED]} unexplained.",
             "",
             "#### Branches not taken",
@@ -316,7 +321,7 @@ def run_coverage(
         unreached = unreached_branches(report, functions, entries)
         stale = stale_entries(unreached, entries)
         cannot = {
-            f: sum(1 for u in unreached if u.function == f and u.kind in (UNREACHABLE, REFUSED)) for f in functions
+            f: sum(1 for u in unreached if u.function == f and u.kind in OUT_OF_REACH) for f in functions
         }
         rows = [replace(r, unreachable=cannot.get(r.function, 0)) for r in rows]
     text = markdown(rows, title, unreached)

@@ -294,6 +294,15 @@ DSA_KPOOL_PACKED = Contract(
 )
 """The earlier form of ``FROM_DSA_KPOOL_PAGES``' page size, to 0.5.21: every DSA model runs page size 64."""
 
+NO_RIDS_TO_CHECK_CALLER = Contract(
+    "no caller hands decode's pre-allocation pass rids_to_check: the decode PP loop hands it the stages' consensus "
+    "instead (pp_good_rids / pp_bad_rids, #31869), from sglang 0.5.17",
+    "0.5.17",
+)
+"""Where ``FROM_RIDS_TO_CHECK``'s input stops being made: ``pop_preallocated`` still takes ``rids_to_check`` (a PP
+pass refuses it), but from 0.5.17 no caller in the release passes it - the PP mixin passes the consensus lists and
+the non-PP loop passes nothing."""
+
 FEATURES: dict[str, Contract] = {
     "decode_prefixes": DECODE_PREFIXES,
     "paged_transfer": FROM_PAGED_TRANSFER,
@@ -341,6 +350,11 @@ FEATURES: dict[str, Contract] = {
 }
 """Input feature -> the first release that has it."""
 
+UNMADE_FROM: dict[str, Contract] = {"rids_to_check": NO_RIDS_TO_CHECK_CALLER}
+"""Input feature -> the first release none of whose callers makes it any more, though the unit still takes it. A
+released server from then on is never given the input (its row would pass or fail on an input no server of it makes);
+a target without a release (pdverify's port, a development build) keeps it: the unit's own signature still takes it."""
+
 DOMAIN = InputDomain(features=frozenset(FEATURES))
 SEEDED_COMPUTED = Contract(
     "already_computed seeded from prefill's cached tokens (#25973), first in sglang 0.5.13", "0.5.13"
@@ -353,8 +367,20 @@ ALLOCATION_POLICY = Contract(
 
 
 def release_features(release: str | None) -> frozenset[str]:
-    """The input features of ``FEATURES`` that ``release`` has (None, or a development build: every current one)."""
-    return frozenset(name for name, c in FEATURES.items() if c.not_applicable(release) is None)
+    """The input features of ``FEATURES`` that ``release`` has and some caller of it makes (``UNMADE_FROM``); None,
+    or a development build: every current one."""
+    had = {name for name, c in FEATURES.items() if c.not_applicable(release) is None}
+    if release is not None and _is_release(release):
+        had -= {name for name, c in UNMADE_FROM.items() if c.not_applicable(release) is None}
+    return frozenset(had)
+
+
+def _is_release(release: str) -> bool:
+    try:
+        Version(release)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def features_lacking(values: Iterable[Any], features: frozenset[str]) -> list[str]:
