@@ -255,8 +255,8 @@ def markdown(rows: list[FunctionCoverage], title: str, unreached: list[Unreached
         lines += [
             "",
             f"All functions: {covered}/{total} branches ({100.0 * covered / max(total, 1):.1f}%); of the {reachable} "
-            f"reachable on CPU in a configuration the release starts with and from an input its callers make, {covered} "
-            f"({100.0 * covered / max(reachable, 1):.1f}%). Branches not taken: "
+            f"reachable on CPU in a configuration the release starts with and from an input its callers make, "
+            f"{covered} ({100.0 * covered / max(reachable, 1):.1f}%). Branches not taken: "
             f"{kinds[UNREACHABLE]} unreachable on CPU, {kinds[REFUSED]} refused by the server (configurations the "
             f"release does not start with), {kinds[NO_CALLER]} taken only by an argument no caller in the release "
             f"passes, {kinds[NOT_DRIVEN]} not driven, "
@@ -320,9 +320,7 @@ def run_coverage(
         entries = load_unreached(unreached_file)
         unreached = unreached_branches(report, functions, entries)
         stale = stale_entries(unreached, entries)
-        cannot = {
-            f: sum(1 for u in unreached if u.function == f and u.kind in OUT_OF_REACH) for f in functions
-        }
+        cannot = {f: sum(1 for u in unreached if u.function == f and u.kind in OUT_OF_REACH) for f in functions}
         rows = [replace(r, unreachable=cannot.get(r.function, 0)) for r in rows]
     text = markdown(rows, title, unreached)
     (out / "summary.md").write_text(text)
