@@ -16,13 +16,19 @@ on a GPU. The exception leaves the scheduler's event loop, so the decode server 
 The scenario, as a decode server sees it (``--disaggregation-mode decode --page-size 64``, DeepSeek-V3: vocabulary
 129280, eos 1): two clients' requests transferred from prefill and batched together. Client A sends a 900-token prompt
 with ``min_tokens=8``; client B, written for a Qwen model, sends a 300-token prompt with ``stop_token_ids=[151645]``
-(Qwen's ``<|im_end|>``). The shrunk case follows: a vocabulary of 32, one request with ``min_new_tokens=1`` and
-another with the stop id 33, or -1.
+(Qwen's ``<|im_end|>``). The same two requests then reach an aggregated server (no PD, ``--page-size 64``) and its
+prefill step, ``prepare_for_extend``, which builds the same sampling info (schedule_batch.py:3132); and client B's
+request alone, asking for ``min_tokens`` itself. The shrunk cases follow: a vocabulary of 32, one request with
+``min_new_tokens=1`` and another with the stop id 33, or -1.
 
 Runs SGLang's own ``SamplingParams`` (``normalize``, ``verify``), ``Req``, ``ReqToTokenPool``, ``ScheduleBatch`` and
 its ``prepare_for_prebuilt`` (with ``SamplingBatchInfo.from_schedule_batch`` and the penalizers) under the release's
-own runtime context for a decode scheduler. Stubbed: the tokenizer (an object with the model's eos and no additional
-stop ids, what ``get_tokenizer`` attaches for DeepSeek-V3) and the model configuration (its vocabulary size only).
+own runtime context for a decode scheduler; for the aggregated server, ``ScheduleBatch.init_new`` and
+``prepare_for_extend`` over SGLang's own ``MHATokenToKVPool``, ``PagedTokenToKVPoolAllocator`` and
+``UnifiedRadixCache`` (the default tree), under a plain server's context. Stubbed: the tokenizer (an object with the
+model's eos and no additional stop ids, what ``get_tokenizer`` attaches for DeepSeek-V3) and the model configuration
+(its vocabulary size only); on the aggregated server the scheduler's admission is stood in for by what its
+``PrefillAdder`` sets on a request admitted whole (``extend_end``, schedule_policy.py:1342).
 
 Exit 1 while the defect is present (the request is admitted and the PREBUILT step raises), 0 on a fixed SGLang (the
 request is refused at admission, or the step survives).
@@ -31,16 +37,22 @@ request is refused at admission, or the step survives).
 from __future__ import annotations
 
 import sys
+from array import array
 from types import SimpleNamespace
 
 import torch
 
 import sglang
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.runtime_context import create_context, use_context
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 PAGE = 64
 
@@ -94,16 +106,70 @@ def prebuilt_step(case: SimpleNamespace) -> tuple[list[str], str | None]:
     return refused, None
 
 
+def extend_step(case: SimpleNamespace) -> tuple[list[str], str | None]:
+    """An aggregated server's prefill step for ``case.requests``: the refusals at admission, and what
+    ``prepare_for_extend`` raised (None if it returned)."""
+    tokenizer = SimpleNamespace(eos_token_id=case.eos, additional_stop_token_ids=None)
+    args = ServerArgs(model_path="dummy", device="cpu", page_size=PAGE)
+    with use_context(create_context(args, role="scheduler")):
+        tokens = 64 * PAGE
+        kv = MHATokenToKVPool(size=tokens, page_size=PAGE, dtype=torch.bfloat16, head_num=1, head_dim=8,
+                              layer_num=1, device="cpu", enable_memory_saver=False)  # fmt: skip
+        allocator = PagedTokenToKVPoolAllocator(tokens, PAGE, torch.bfloat16, "cpu", kvcache=kv, need_sort=False)
+        pool = ReqToTokenPool(size=8, max_context_len=2048, device="cpu", enable_memory_saver=False)
+        tree = UnifiedRadixCache(CacheInitParams(disable=False, req_to_token_pool=pool,
+                                                 token_to_kv_pool_allocator=allocator, page_size=PAGE,
+                                                 tree_components=(ComponentType.FULL,)))  # fmt: skip
+        refused, reqs = [], []
+        for i, (n, sampling) in enumerate(case.requests):
+            params = SamplingParams(max_new_tokens=64, **sampling)
+            why = admitted(params, tokenizer, case.vocab)
+            if why is not None:
+                refused.append(f"request {i} refused: {why}")
+                continue
+            prompt = array("q", [(7 * i + t) % case.vocab for t in range(n)])
+            req = Req(f"client-{i}", "", prompt, params, eos_token_ids={case.eos})
+            req.tokenizer = tokenizer
+            req.init_next_round_input(tree)  # the radix match (nothing cached)
+            req.extend_end = len(req.full_untruncated_fill_ids)  # admitted whole (PrefillAdder)
+            reqs.append(req)
+        if not reqs:
+            return refused, None
+        model_config = SimpleNamespace(vocab_size=case.vocab, is_encoder_decoder=False)
+        batch = ScheduleBatch.init_new(reqs, pool, allocator, tree, model_config, False, SpeculativeAlgorithm.NONE)
+        try:
+            batch.prepare_for_extend()
+        except Exception as exc:  # what the scheduler's event loop does not catch either
+            return refused, f"{type(exc).__name__}: {exc}"
+    return refused, None
+
+
 CASES = (
     SimpleNamespace(
         name="DeepSeek-V3 decode server, a Qwen client's <|im_end|> beside a min_tokens request",
+        step=prebuilt_step,
         vocab=129280,
         eos=1,
         first_token=4,
         requests=((900, {"min_new_tokens": 8}), (300, {"stop_token_ids": [151645]})),
     ),
     SimpleNamespace(
+        name="DeepSeek-V3 aggregated server (no PD), the same two requests, prefill step",
+        step=extend_step,
+        vocab=129280,
+        eos=1,
+        requests=((900, {"min_new_tokens": 8}), (300, {"stop_token_ids": [151645]})),
+    ),
+    SimpleNamespace(
+        name="DeepSeek-V3 aggregated server, the Qwen client alone asking for min_tokens=8",
+        step=extend_step,
+        vocab=129280,
+        eos=1,
+        requests=((300, {"min_new_tokens": 8, "stop_token_ids": [151645]}),),
+    ),
+    SimpleNamespace(
         name="shrunk: vocabulary 32, stop id 33",
+        step=prebuilt_step,
         vocab=32,
         eos=2,
         first_token=0,
@@ -111,6 +177,7 @@ CASES = (
     ),
     SimpleNamespace(
         name="shrunk: vocabulary 32, stop id -1",
+        step=prebuilt_step,
         vocab=32,
         eos=2,
         first_token=0,
@@ -123,8 +190,8 @@ def main() -> int:
     crashed = []
     lines = []
     for case in CASES:
-        refused, raised = prebuilt_step(case)
-        outcome = raised if raised is not None else "prepare_for_prebuilt returned"
+        refused, raised = case.step(case)
+        outcome = raised if raised is not None else f"{case.step.__name__} returned"
         lines.append(f"  {case.name}: {'; '.join(refused) or 'every request admitted'}; {outcome}")
         if raised is not None:
             crashed.append(case.name)
@@ -134,7 +201,8 @@ def main() -> int:
             "vocabulary (it checks logit_bias, not stop_token_ids), and decode's prepare_for_prebuilt - through "
             "SamplingBatchInfo.from_schedule_batch and the min_new_tokens penalizer, which scatters every request's "
             "stop ids into an (n, vocab_size + 1) table once any request asks for min_new_tokens - raises, taking the "
-            "decode scheduler down with every request on it (on a GPU: a device-side assert). Cases:"
+            "decode scheduler down with every request on it (on a GPU: a device-side assert); an aggregated server's "
+            "prepare_for_extend builds the same sampling info and raises alike. Cases:"
         )
         print("\n".join(lines))
         return 1
