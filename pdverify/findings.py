@@ -694,6 +694,25 @@ def _f6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return [int(x) for x in m.group(3).split(",") if x.strip()] == [slot]
 
 
+def _f8_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A request in bootstrap room 0: the value decode's metadata row reads as "prefill has not written it yet"."""
+    case = kwargs.get("case")
+    return isinstance(case, ChecksumCase) and case.bootstrap_room == 0
+
+
+_F8_MESSAGE = re.compile(
+    r"decode never committed the transfer of the request in room 0 \(prefill's slot \d+, decode's \d+\): still in "
+    r"DecodeTransferQueue\.queue after \d+ pop_transferred polls, though its receiver reports the transfer done and "
+    r"prefill's row landed \(bootstrap_room row \[0, 0\]\)"
+)
+
+
+def _f8_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """X2's message when decode's transfer queue keeps a transferred request of room 0 for ever: the metadata gate
+    (and before it ``_commit_transfer_to_req``) reads the row's room 0 as "not yet written", though prefill wrote it."""
+    return bool(_F8_MESSAGE.match(message.split("\n", 1)[0]))
+
+
 def _t6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """S16's message when the one digest covers the pages of ``[0, L)`` - the prefix decode held, never sent, too -
     by their physical ids or, on a translated pool, their virtual ones (F2 as well)."""
@@ -1777,6 +1796,19 @@ KNOWN: dict[str, KnownDefect] = {
             "request row, so decode rejects byte-exact transfers, and a slot id past the tail rows reads out of bounds",
             _f6_shows,
             _f6_explains,
+        ),
+        KnownDefect(
+            "F8",
+            "X2",
+            "sglang",
+            ("0.5.21", "0.5.22", "0.5.23"),
+            "a request whose bootstrap room is 0 never leaves decode's transfer queue: decode reads a metadata row "
+            'whose room is 0 as "prefill has not written it yet" (_apply_metadata_gate keeps its poll at '
+            "Transferring; before the gate, _commit_transfer_to_req waits), so the transferred request - a room any "
+            "router may draw, 1 in 2**31 for the gRPC PD router - hangs for ever, holding its KV pages and metadata "
+            "slot (0.5.9-0.5.20 read alike, not driven: X2 runs from the checksum's 0.5.21)",
+            _f8_shows,
+            _f8_explains,
         ),
         KnownDefect(
             "T22",

@@ -11,8 +11,10 @@ from pdverify.model.checksum import (
     KV_CACHE_DTYPES,
     KV_POOLS,
     MAMBA_TRACK_INTERVAL,
+    MAX_BOOTSTRAP_ROOM,
     MAX_MAMBA_SLOT,
     MAX_REQUEST_ROW,
+    METADATA_BUFFER_SLOTS,
     MINIMAX_PAGE_SIZE,
     MXFP8_PAGE_SIZE,
     QSA_PAGE_SIZE,
@@ -29,6 +31,10 @@ from pdverify.strategies.layouts import (
     page_size_list,
     pick_page_size,
 )
+
+ROOM_BOUNDARIES = (0, 1, 2**31 - 2, 2**31 - 1, MAX_BOOTSTRAP_ROOM)
+"""The bootstrap rooms at the ends of the routers' ranges: 0 (in every router's range), the gRPC PD router's last
+(``random_range(0..i32::MAX)``: ``2**31 - 2``) and one past it, the last of ``[0, 2**63)``."""
 
 
 def checksum_cases(
@@ -57,7 +63,9 @@ def checksum_cases(
     compression as GLM-5.3-Flash: at page size 256 where the release gives a pooled index whole pages, 64 before) or
     a hybrid linear QSA pool (Qwen4-Exp, at the page size 64 its server sets), each side's Mamba slot and request
     row drawn; or a MiniMax-M3 sparse pool (``auto`` or ``fp8_e4m3``, half the time at the page size 128 its server
-    sets, else a power of two up to ``max_page_size``)."""
+    sets, else a power of two up to ``max_page_size``). The request's bootstrap room is half the time a boundary of
+    the routers' ranges (``ROOM_BOUNDARIES``, 0 among them), else any room of ``[1, 2**63)``; its metadata slot on each
+    side one of ``METADATA_BUFFER_SLOTS``, drawn apart."""
     check_int("max_prompt", max_prompt, minimum=1)
     check_int("max_outputs", max_outputs)
     check_int("max_page_size", max_page_size, minimum=1)
@@ -126,6 +134,10 @@ def _checksum_cases(
     if pool == "mha" and hybrid_swa and (not d or DOMAIN.has("swa_decode_prefix")) and c.boolean():
         window = boundary_length(c, 1, n + ps, ps)  # within a page, across the prefix, past the whole request
         swa = (tuple(distinct_sample(c, 1, 2 * pages + 4, pages)), tuple(distinct_sample(c, 1, 2 * pages + 4, pages)))
+    # the request's bootstrap room and metadata slots, drawn last so that the draws above stay what they were: half
+    # the time a boundary of the routers' ranges (room 0 first: it shrinks there), else any room
+    room = c.pick(ROOM_BOUNDARIES) if c.boolean() else c.integer(1, MAX_BOOTSTRAP_ROOM)
+    slots = {f"{side}_aux_index": c.integer(0, METADATA_BUFFER_SLOTS - 1) for side in ("prefill", "decode")}
     return ChecksumCase(
         page_size=ps,
         prompt=prompt,
@@ -141,5 +153,7 @@ def _checksum_cases(
         decode_swa_pages=swa[1],
         kv_pool=pool,
         dsa_index_kpool=kpool,
+        bootstrap_room=room,
+        **slots,
         **request,
     )

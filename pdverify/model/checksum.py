@@ -82,6 +82,12 @@ buffer, a page size dividing it (``validate_mamba_extra_buffer``: ``mamba_track_
 MAX_MAMBA_SLOT = 24
 """The largest Mamba slot a case names: more than a small server's request rows (16 in the SGLang driver), as when
 the radix cache holds Mamba states past the running requests."""
+MAX_BOOTSTRAP_ROOM = 2**63 - 1
+"""The largest bootstrap room: routers draw rooms from ``[0, 2**63)`` (the HTTP PD router and the Python load
+balancer) or ``[0, 2**31 - 1)`` (the gRPC PD router's ``random_range(0..i32::MAX)``); a client may send its own."""
+METADATA_BUFFER_SLOTS = 4
+"""The metadata buffer slots each side's server has in a case (``MetadataBuffers(size)``): a request's slot is one
+of them, prefill's and decode's drawn apart (their allocators are independent)."""
 MXFP8_PAGE_SIZE = 128
 """The page size an ``mxfp8`` KV cache is written at: ``MHATokenToKVPoolMXFP8.set_kv_buffer`` asserts the interleaved
 scale layout, which the pool builds only at page size 128 (``mxfp8_sf_interleaved = page_size == 128``)."""
@@ -134,6 +140,14 @@ class ChecksumCase:
     row); 0 otherwise."""
     decode_mamba_slot: int = 0
     """Decode's, likewise."""
+    bootstrap_room: int = 4242
+    """The request's bootstrap room (``0..MAX_BOOTSTRAP_ROOM``), the one value both sides key the request by: prefill
+    writes it into the request's metadata row beside the first token, and decode checks it there before committing
+    the transfer."""
+    prefill_aux_index: int = 0
+    """Prefill's metadata buffer slot for the request (``metadata_buffer_index``, ``0..METADATA_BUFFER_SLOTS - 1``)."""
+    decode_aux_index: int = 0
+    """Decode's, likewise: the slot prefill's aux transfer writes the row into (``dst_aux_index``)."""
 
     def __post_init__(self) -> None:
         require_page_size(self.page_size)
@@ -193,6 +207,13 @@ class ChecksumCase:
             if self.mamba and not slot:
                 raise ValueError(
                     f"{side}=0 with kv_pool={self.kv_pool!r}: Mamba slots are >= 1 (MambaPool's free list)"
+                )
+        if require_int("bootstrap_room", self.bootstrap_room, minimum=0) > MAX_BOOTSTRAP_ROOM:
+            raise ValueError(f"bootstrap_room={self.bootstrap_room} must be <= 2**63 - 1 (MAX_BOOTSTRAP_ROOM)")
+        for side in ("prefill_aux_index", "decode_aux_index"):
+            if require_int(side, getattr(self, side), minimum=0) >= METADATA_BUFFER_SLOTS:
+                raise ValueError(
+                    f"{side}={getattr(self, side)} must be < {METADATA_BUFFER_SLOTS} (METADATA_BUFFER_SLOTS)"
                 )
         if not isinstance(self.rebootstrap, bool):
             raise TypeError(f"rebootstrap must be a bool, got {self.rebootstrap!r}")
@@ -312,3 +333,7 @@ class ChecksumTrace:
     raised: str = ""
     """What a side's scheduler raised in the handoff (``"prefill: AssertionError at checksum.py:120 ..."``); empty
     when neither did."""
+    committed: bool = True
+    """Decode's transfer queue committed the request - it left ``pop_transferred`` with prefill's first token - once
+    its receiver reported the transfer done and prefill's metadata row had landed; False: it was still queued after
+    the polls the driver gives it, ``message`` says why."""

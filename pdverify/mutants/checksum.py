@@ -31,6 +31,18 @@ def partial_page_sent(case: ChecksumCase, device: str) -> ChecksumTrace:
         return port.kv_checksum(case, device)
 
 
+@mutant("XV12", "kv_checksum", "sentinel collision", "decode reads a room of 0 as metadata not yet written (F8)")
+def room_zero_unwritten(case: ChecksumCase, device: str) -> ChecksumTrace:
+    with mock.patch.object(port, "metadata_landed", lambda row: row[0] != 0):
+        return port.kv_checksum(case, device)
+
+
+@mutant("XV13", "kv_checksum", "wrong index", "prefill's aux transfer reads decode's slot of its own buffers")
+def aux_from_decode_slot(case: ChecksumCase, device: str) -> ChecksumTrace:
+    with mock.patch.object(port, "aux_slots", lambda c: (c.decode_aux_index, c.decode_aux_index)):
+        return port.kv_checksum(case, device)
+
+
 Indices = dict[str, torch.Tensor]
 Rewrite = Callable[[ChecksumCase, Indices, torch.Tensor, torch.Tensor, torch.Tensor], "Indices | None"]
 """``rewrite(case, fixed, kv_pages, window, slot)``: the mutant's state indices from the port's."""

@@ -20,7 +20,7 @@ import zlib
 
 import torch
 
-from pdverify.model.checksum import ChecksumCase, ChecksumTrace
+from pdverify.model.checksum import METADATA_BUFFER_SLOTS, ChecksumCase, ChecksumTrace
 
 PAGE_BYTES = 16
 """Bytes of one page item of the stand-in KV buffer."""
@@ -89,6 +89,35 @@ def verified_length(prompt: int, outputs: int) -> int:
     """Decode's row as ``prepare_for_prebuilt`` committed it when the batch is verified: the prompt and its outputs
     but the last (the handoff token, whose KV is not written yet) - F3's fix; SGLang 0.5.23 reads the prompt alone."""
     return prompt + max(outputs - 1, 0)
+
+
+def metadata_landed(row: tuple[int, int]) -> bool:
+    """Whether decode's metadata row ``(room, written)`` holds what prefill wrote: its written mark - F8's fix; SGLang
+    0.5.9-0.5.23 read a room of 0 as "not yet written", so a request in room 0 waits for ever."""
+    return row[1] != 0
+
+
+def aux_slots(case: ChecksumCase) -> tuple[int, int]:
+    """The aux transfer's source and destination rows: prefill's slot, decode's (``dst_aux_index``)."""
+    return case.prefill_aux_index, case.decode_aux_index
+
+
+def metadata_handoff(case: ChecksumCase) -> tuple[bool, str]:
+    """The request's metadata row, prefill's slot to decode's: prefill writes ``(room, written)`` into its slot
+    (``set_buf``), the aux transfer copies the slot's row into decode's slot (``send_aux``), whose row decode cleared
+    when it was last freed (``clear_slot``); decode commits once the row has landed (the metadata gate), if the room
+    is the request's (else it aborts: another request's row). Whether decode committed, and why not."""
+    prefill_rows = [(0, 0)] * METADATA_BUFFER_SLOTS
+    prefill_rows[case.prefill_aux_index] = (case.bootstrap_room, 1)
+    decode_rows = [(0, 0)] * METADATA_BUFFER_SLOTS
+    source, destination = aux_slots(case)
+    decode_rows[destination] = prefill_rows[source]
+    row = decode_rows[case.decode_aux_index]
+    if not metadata_landed(row):
+        return False, f"the metadata gate holds the request: its row {row} reads as not yet written"
+    if row[0] != case.bootstrap_room:
+        return False, f"metadata of room {row[0]} in the row of room {case.bootstrap_room}"
+    return True, ""
 
 
 def _row(pages: tuple[int, ...], page_size: int, length: int, device: str) -> torch.Tensor:
@@ -195,6 +224,10 @@ def kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:
         for src, to in zip(items, _listed(landing[kind]), strict=True):
             dec.states[kind][to] = pre.states[kind][src]
 
+    committed, why = metadata_handoff(case)
+    if not committed:
+        return ChecksumTrace(prefill_read, sent, dst, (), False, why, prefill_state, sent_state=sent_state,
+                             committed=False)  # fmt: skip
     # decode: the committed row is prompt + outputs but the handoff token; a rebootstrap's boundary token is replayed
     # as the handoff, so its kept outputs are all committed
     try:

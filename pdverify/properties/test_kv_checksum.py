@@ -24,8 +24,8 @@ from pdverify.targets import Target
     "the KV checksum end to end: prefill's digest reads exactly the pages it sends over the request's chunks, "
     "decode's exactly the pages they land on - each side's pages of [D, n) - and decode accepts the byte-exact "
     "transfer (a first handoff, or a rebootstrap recomputing prompt + kept outputs); each registered state type (mxfp8 "
-    "block scales, a hybrid SWA pool's window) is digested by its own payload's items, all of them sent, and neither "
-    "side raises",
+    "block scales, a hybrid SWA pool's window) is digested by its own payload's items, all of them sent, neither "
+    "side raises, and decode commits the transfer once prefill's metadata row has landed, whatever the room",
     needs=("kv_checksum",),
     contract=FROM_KV_CHECKSUM,
     case=checksum_cases(),
@@ -36,7 +36,12 @@ def test_x2_kv_checksum_end_to_end(target: Target, device: str, case: ChecksumCa
     note_event("rebootstrap" if case.rebootstrap else "first handoff" + (" past a decode prefix" if case.decode_prefix
                                                                           else ""))  # fmt: skip
     note_event(f"kv cache dtype {case.kv_cache_dtype}" + (", hybrid SWA" if case.sliding_window else ""))
+    note_event("bootstrap room 0" if case.bootstrap_room == 0 else "a bootstrap room past 0")
     assert not trace.raised, f"the handoff raised: {trace.raised}"
+    assert trace.committed, (
+        f"decode never committed the transfer of the request in room {case.bootstrap_room} (prefill's slot "
+        f"{case.prefill_aux_index}, decode's {case.decode_aux_index}): {trace.message}"
+    )
     want_prefill, want_decode = oracle.prefill_digest(case), oracle.decode_digest(case)
     assert list(trace.sent) == want_prefill, (
         f"prefill sent pages {list(trace.sent)}, expected its pages of [D, n) = {want_prefill}"

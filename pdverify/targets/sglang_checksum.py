@@ -40,6 +40,7 @@ import torch
 from pdverify.model.checksum import (
     MAX_MAMBA_SLOT,
     MAX_REQUEST_ROW,
+    METADATA_BUFFER_SLOTS,
     QSA_COMPRESS_RATIO,
     ChecksumCase,
     ChecksumTrace,
@@ -49,7 +50,6 @@ from pdverify.targets.sglang_prefill import _extend_range, on_device
 SIGNATURE = 0x5EED
 """The KV-layout signature both sides share where the release has no ``kv_layout_signature`` (one model, one
 layout)."""
-ROOM = 4242
 KV_DTYPES = {"auto": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn}
 """The pool's dtype for each ``--kv-cache-dtype`` (``auto``: the model's bfloat16)."""
 
@@ -289,6 +289,7 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     from sglang.kernels.ops.memory import adler32
     from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
     from sglang.srt.disaggregation import decode, prefill, utils
+    from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.checksum import KvChecksumComputer
     from sglang.srt.disaggregation.decode import (
         DecodePreallocQueue,
@@ -296,7 +297,9 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         DecodeTransferQueue,
         SchedulerDisaggregationDecodeMixin,
     )
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
     from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
+    from sglang.srt.disaggregation.utils import MetadataBuffers, ReqToMetadataIdxAllocator
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.mem_cache import memory_pool
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
@@ -310,6 +313,10 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         decode=decode,
         prefill=prefill,
         KvChecksumComputer=KvChecksumComputer,
+        KVPoll=KVPoll,
+        MetadataBuffers=MetadataBuffers,
+        MooncakeKVManager=MooncakeKVManager,
+        ReqToMetadataIdxAllocator=ReqToMetadataIdxAllocator,
         DecodePreallocQueue=DecodePreallocQueue,
         DecodeRequest=DecodeRequest,
         DecodeTransferQueue=DecodeTransferQueue,
@@ -328,9 +335,9 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     )
 
 
-def _req(sglang: Any, rid: str, input_ids: list[int]) -> Any:
+def _req(sglang: Any, rid: str, input_ids: list[int], room: int) -> Any:
     return sglang.Req(rid, "", list(input_ids), sglang.SamplingParams(max_new_tokens=4096),
-                      bootstrap_host="10.0.0.1", bootstrap_port=8998, bootstrap_room=ROOM)  # fmt: skip
+                      bootstrap_host="10.0.0.1", bootstrap_port=8998, bootstrap_room=room)  # fmt: skip
 
 
 def _single_rank() -> contextlib.AbstractContextManager[Any]:
@@ -355,7 +362,7 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     _fill(dec, range(d // ps))  # decode's tree holds the prefix: the same bytes, computed there
 
     # decode: the request, and a retraction after its outputs (Scheduler.pause_generation, mode="retract")
-    dreq = _req(sg, "r0", [1000 + i for i in range(case.prompt)])
+    dreq = _req(sg, "r0", [1000 + i for i in range(case.prompt)], case.bootstrap_room)
     if case.rebootstrap:
         dreq.output_ids.extend(2000 + i for i in range(case.outputs + 1))
         dreq.pd_rebootstrap_forced_output_id = dreq.output_ids.pop()
@@ -366,8 +373,9 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
     dreq.kv.req_pool_idx = dec.row
     dreq.kv.kv_committed_len = fill
     dreq.kv.cache_protected_len = d
-    decode_req = sg.DecodeRequest(req=dreq, kv_receiver=SimpleNamespace(clear=lambda: None),
-                                  is_rebootstrap=case.rebootstrap, metadata_buffer_index=0)  # fmt: skip
+    receiver = SimpleNamespace(poll=lambda: int(sg.KVPoll.Success), clear=lambda: None)  # the transfer is done
+    decode_req = sg.DecodeRequest(req=dreq, kv_receiver=receiver, is_rebootstrap=case.rebootstrap,
+                                  metadata_buffer_index=case.decode_aux_index)  # fmt: skip
     decode_row = dec.req_to_token_pool.req_to_token[dec.row]
 
     def pages_of(slots: torch.Tensor) -> list[int]:
@@ -396,10 +404,11 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
 
     # prefill: the request it receives (decode's rebootstrap payload, or the prompt), chunk by chunk
     ids = dreq.build_rebootstrap_payload()["input_ids"] if case.rebootstrap else list(dreq.origin_input_ids)
-    preq = _req(sg, "r0", ids)
+    preq = _req(sg, "r0", ids, case.bootstrap_room)
     preq.kv.req_pool_idx = pre.row
     preq.disagg_decode_prefix_len = preq.start_send_idx = d
-    preq.metadata_buffer_index = 0
+    preq.metadata_buffer_index = case.prefill_aux_index
+    preq.output_ids = [HANDOFF_TOKEN]  # the first token prefill sampled, which set_buf writes into the row
     sends: list[tuple[list[int], Any]] = []
 
     def send(kv_indices: Any, state_indices: Any = None, *args: Any, **kwargs: Any) -> None:
@@ -411,8 +420,8 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
         should_send_kv_chunk=lambda num_pages, last_chunk: num_pages > 0 or last_chunk,
         send=send,
     )
-    metadata: dict[int, Any] = {}
-    psched = _PrefillScheduler(sg, pre, metadata)
+    prefill_rows, decode_rows = _metadata_buffers(sg), _metadata_buffers(sg)
+    psched = _PrefillScheduler(sg, pre, prefill_rows)
     dsched = _DecodeScheduler(sg, dec)
     engines = [pre, dec]
     ends = list(case.chunk_ends)
@@ -437,8 +446,15 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             if len(items) != len(landing[kind]):
                 raise AssertionError(f"prefill sent {len(items)} {kind} items for {len(landing[kind])} destinations")
             _copy(pre, dec, kind, list(items), landing[kind])
+        _send_aux(sg, prefill_rows, decode_rows, case.prefill_aux_index, case.decode_aux_index)
 
-        _transfer_queue(sg, dsched, metadata)._commit_transfer_to_req(decode_req)
+        token = dreq.pd_rebootstrap_forced_output_id if case.rebootstrap else HANDOFF_TOKEN
+        committed = _pop_transferred(sg, dsched, decode_rows, decode_req, token)
+        if committed is not None:
+            prefill_read = pre.reads[0] if pre.reads else ()
+            return ChecksumTrace(_pages(buffers, pre, prefill_read, "kv"), sent, destinations, (), False, committed,
+                                 prefill_state_digest=_state_read(buffers, pre, prefill_read), sent_state=sent_state,
+                                 committed=False)  # fmt: skip
         dreq.pd_rebootstrap_in_progress = False  # prepare_for_prebuilt clears it before the batch is verified
         aborted: list[str] = []
         batch = SimpleNamespace(reqs=[dreq])
@@ -519,7 +535,7 @@ def _pages(buffers: _Buffers, engine: Any, read: tuple[tuple[int, int], ...], ki
 class _PrefillScheduler:  # pragma: no cover - conformance venv
     """The prefill scheduler's state ``send_kv_chunk`` reads (the real ``Scheduler.__init__`` is skipped)."""
 
-    def __new__(cls, sg: Any, engine: Any, metadata: dict[int, Any]) -> Any:
+    def __new__(cls, sg: Any, engine: Any, metadata: Any) -> Any:
         sched = sg.SchedulerDisaggregationPrefillMixin.__new__(
             type("PrefillScheduler", (sg.SchedulerDisaggregationPrefillMixin,), {})
         )
@@ -532,12 +548,7 @@ class _PrefillScheduler:  # pragma: no cover - conformance venv
         sched.disagg_prefill_bootstrap_queue = SimpleNamespace(
             kv_checksum_signature=engine.signature, kv_manager=SimpleNamespace(kv_args=engine.kv_args)
         )
-
-        def set_kv_checksum(req: Any, digest: int, *signature: int) -> None:
-            # 0.5.23 stores (digest, signature) and decode reads both back; 0.5.21-0.5.22 the digest alone
-            metadata[req.metadata_buffer_index] = (digest, *signature) if signature else digest
-
-        sched.disagg_metadata_buffers = SimpleNamespace(set_buf=lambda req: None, set_kv_checksum=set_kv_checksum)
+        sched.disagg_metadata_buffers = metadata  # SGLang's own: set_buf and set_kv_checksum write the request's row
         return sched
 
 
@@ -558,6 +569,7 @@ class _DecodeScheduler:  # pragma: no cover - conformance venv
         )
         sched.attn_tp_cpu_group = None
         sched.tree_cache = None
+        sched.enable_decode_hicache = sched.enable_hisparse = False
         sched.output_streamer = SimpleNamespace(stream_output=lambda reqs, return_logprob: None)
         sched.metrics_reporter = SimpleNamespace(enable_metrics=False)
         sched.batch_result_processor = SimpleNamespace(_maybe_update_reasoning_tokens=lambda req, token: None)
@@ -565,20 +577,83 @@ class _DecodeScheduler:  # pragma: no cover - conformance venv
         return sched
 
 
-def _transfer_queue(sg: Any, dsched: Any, metadata: dict[int, Any]) -> Any:  # pragma: no cover
-    """A ``DecodeTransferQueue`` holding what ``_commit_transfer_to_req`` reads; its metadata buffer hands over what
-    prefill wrote (the digest, with its signature from 0.5.23), a handoff token and the room."""
+HANDOFF_TOKEN = 31337
+"""The first output token prefill sampled: ``set_buf`` writes it into the request's metadata row."""
+POLLS = 3
+"""The polls decode's transfer queue is given to commit a transferred request whose row has landed (it needs one)."""
+
+
+def _metadata_buffers(sg: Any) -> Any:  # pragma: no cover - conformance venv
+    """One side's ``MetadataBuffers`` with the checksum row (CPU-resident by design; ``METADATA_BUFFER_SLOTS`` rows)."""
+    return sg.MetadataBuffers(METADATA_BUFFER_SLOTS, hidden_size=16, hidden_states_dtype=torch.bfloat16,
+                              max_sampling_mask_tokens=16, kv_checksum_enabled=True)  # fmt: skip
+
+
+def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destination: int) -> None:  # pragma: no cover
+    """The aux transfer: SGLang's own ``MooncakeKVManager.send_aux`` (each registered metadata buffer's row, at
+    ``ptr + slot * item_len`` on both sides) on a manager holding prefill's registered buffers, the transfer engine a
+    byte copy of each block (what Mooncake's ``batch_transfer_sync`` writes)."""
+    ptrs, _, item_lens = prefill_rows.get_buf_infos()
+    dst_ptrs, _, _ = decode_rows.get_buf_infos()
+
+    def transfer(session: Any, blocks: list[tuple[int, int, int]]) -> int:
+        for src, dst, length in blocks:
+            ctypes.memmove(dst, src, length)
+        return 0
+
+    registered = SimpleNamespace(aux_data_ptrs=ptrs, aux_item_lens=item_lens)
+    manager = SimpleNamespace(
+        kv_args=registered, enable_custom_mem_pool=False, custom_mem_pool_type=None, _transfer_data=transfer
+    )
+    info = SimpleNamespace(dst_aux_index=destination, mooncake_session_id="pdverify-session")
+    if sg.MooncakeKVManager.send_aux(manager, info, source, dst_ptrs) != 0:
+        raise AssertionError("the aux transfer failed")
+
+
+def _pop_transferred(sg: Any, dsched: Any, rows: Any, decode_req: Any, token: int) -> str | None:  # pragma: no cover
+    """Decode's transfer queue, SGLang's own ``pop_transferred``, polled up to ``POLLS`` times with the request's
+    receiver reporting the transfer done: None once it commits the request with ``token`` (prefill's first token, or
+    a rebootstrap's replayed boundary token), else why not."""
+    from pdverify.targets.sglang_group import one_rank_gloo
+
+    queue = _transfer_queue(sg, dsched, rows)
+    queue.queue = [decode_req]
+    queue.gloo_group = one_rank_gloo()
+    queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
+    queue.tp_rank = 0
+    allocator = sg.ReqToMetadataIdxAllocator(METADATA_BUFFER_SLOTS)
+    # the request holds its slot (state injection: the allocator hands it out in order)
+    allocator.free_slots = type(allocator.free_slots)(
+        i for i in range(METADATA_BUFFER_SLOTS) if i != decode_req.metadata_buffer_index
+    )
+    queue.req_to_metadata_buffer_idx_allocator = allocator
+    # an aborted request's release (the corruption check): its lock and KV go back to the tree, recorded as nothing
+    queue.tree_cache = SimpleNamespace(unlock=lambda *a, **kw: None, finish=lambda *a, **kw: None)
+    release = mock.patch.object(sg.decode, "release_kv_cache", lambda *a, **kw: None, create=True)
+    for _ in range(POLLS):
+        with release:
+            done = queue.pop_transferred()
+        if done:
+            if [r.rid for r in done] != [decode_req.req.rid]:
+                raise AssertionError(f"pop_transferred returned {[r.rid for r in done]} for {decode_req.req.rid}")
+            last = int(decode_req.req.output_ids[-1])
+            return None if last == token else f"decode committed the first token {last}, prefill's is {token}"
+        if not queue.queue:  # left the queue without being committed: aborted
+            return f"decode aborted the request: {getattr(decode_req.req.finished_reason, 'message', '?')}"
+    row = [int(v) for v in rows.bootstrap_room[decode_req.metadata_buffer_index, :2].tolist()]
+    return (
+        f"still in DecodeTransferQueue.queue after {POLLS} pop_transferred polls, though its receiver reports the "
+        f"transfer done and prefill's row landed (bootstrap_room row {row})"
+    )
+
+
+def _transfer_queue(sg: Any, dsched: Any, metadata: Any) -> Any:  # pragma: no cover
+    """A ``DecodeTransferQueue`` holding what ``pop_transferred`` and ``_commit_transfer_to_req`` read, over decode's
+    own metadata buffers (the digest, with its signature from 0.5.23, the first token and the room as prefill's row
+    landed)."""
     queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
     queue.scheduler = dsched
     queue.spec_algorithm = dsched.spec_algorithm
     queue._skipped_checksum_signatures = set()
-    queue.metadata_buffers = SimpleNamespace(
-        get_kv_checksum=lambda idx: metadata[idx],
-        get_buf=lambda idx: (
-            torch.tensor([31337]),  # the handoff token prefill sampled
-            torch.zeros(7, dtype=torch.int64),  # cached_tokens and the multimodal counts
-            None, None, None, None, None, None, None, None, None, None, None,
-            torch.tensor([ROOM]),
-        ),
-    )  # fmt: skip
+    queue.metadata_buffers = metadata
     return queue
