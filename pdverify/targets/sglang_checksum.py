@@ -11,14 +11,21 @@ SGLang's code that decides a range, a page or a digest runs unmodified:
   ``Req.build_rebootstrap_payload`` - and each chunk goes through ``SchedulerDisaggregationPrefillMixin.send_kv_chunk``
   (the last one digests: ``page_indices_for_request``, ``state_indices_for_request``, ``KvChecksumComputer.compute``,
   SGLang's ``adler32_strided_checksum`` and its address arithmetic ``base + id * item_len``);
-* decode: ``DecodeTransferQueue._commit_transfer_to_req`` (re-arms ``expected_kv_checksum`` from the metadata, replays
-  the boundary token), then ``SchedulerDisaggregationDecodeMixin._verify_kv_checksums`` on the prebuilt batch.
+* the request's metadata row: prefill's ``set_buf`` and ``set_kv_checksum`` write it into SGLang's own
+  ``MetadataBuffers`` (slot ``prefill_aux_index``; the first token, the bootstrap room, the digest), and
+  ``MooncakeKVManager.send_aux`` copies each registered buffer's row into decode's ``MetadataBuffers`` (slot
+  ``decode_aux_index``);
+* decode: ``DecodeTransferQueue.pop_transferred`` polls the request - its receiver reports the transfer done - through
+  the metadata gate and ``poll_and_all_reduce`` over a one-rank gloo group, and commits it
+  (``_commit_transfer_to_req`` re-arms ``expected_kv_checksum`` from the row, checks the room, replays the boundary
+  token) or does not (F8: room 0); then ``SchedulerDisaggregationDecodeMixin._verify_kv_checksums`` on the prebuilt
+  batch.
 
 Stood in for: the CUDA kernel under ``adler32_strided_checksum`` (a CPU Adler-32 over the bytes at the addresses
 SGLang computed, which also reads back which page of which registered buffer each address names) and the
 ``is_cuda`` checks on the index tensors; the KV sender (records each send) and the transfer (a byte copy of each
-sent page onto its destination, as Mooncake's page-granular transfer); the metadata buffer (prefill's digest and
-signature handed to decode); decode's one-rank all-reduce of the mismatch flags and the abort plumbing (recorded).
+sent page onto its destination, as Mooncake's page-granular transfer; the aux row's engine likewise); decode's
+one-rank all-reduce of the mismatch flags and the abort plumbing (recorded).
 Each side's KV buffer is real CPU memory: prefill's pages hold their logical page's bytes, decode's prefix pages the
 same (its tree computed them), its other pages zeros until the transfer.
 """
