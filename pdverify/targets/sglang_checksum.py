@@ -623,7 +623,11 @@ def _pop_transferred(sg: Any, dsched: Any, rows: Any, decode_req: Any, token: in
     a rebootstrap's replayed boundary token), else why not."""
     from pdverify.targets.sglang_group import one_rank_gloo
 
-    queue = _transfer_queue(sg, dsched, rows)
+    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
+    queue.scheduler = dsched
+    queue.spec_algorithm = dsched.spec_algorithm
+    queue._skipped_checksum_signatures = set()
+    queue.metadata_buffers = rows  # decode's own: the digest, first token and room as prefill's row landed
     queue.queue = [decode_req]
     queue.gloo_group = one_rank_gloo()
     queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
@@ -652,15 +656,3 @@ def _pop_transferred(sg: Any, dsched: Any, rows: Any, decode_req: Any, token: in
         f"still in DecodeTransferQueue.queue after {POLLS} pop_transferred polls, though its receiver reports the "
         f"transfer done and prefill's row landed (bootstrap_room row {row})"
     )
-
-
-def _transfer_queue(sg: Any, dsched: Any, metadata: Any) -> Any:  # pragma: no cover
-    """A ``DecodeTransferQueue`` holding what ``pop_transferred`` and ``_commit_transfer_to_req`` read, over decode's
-    own metadata buffers (the digest, with its signature from 0.5.23, the first token and the room as prefill's row
-    landed)."""
-    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
-    queue.scheduler = dsched
-    queue.spec_algorithm = dsched.spec_algorithm
-    queue._skipped_checksum_signatures = set()
-    queue.metadata_buffers = metadata
-    return queue
