@@ -27,6 +27,7 @@ from typing import Any
 
 from pdverify.model.checksum import ChecksumCase
 from pdverify.model.exchange import PrefillCase
+from pdverify.model.transfer_queue import TransferQueueCase
 from pdverify.oracle.prefill_exchange import early_send_waits
 
 FULL_FROM_0 = ("QSA_COMPRESSED", "MINIMAX_DENSE_KV", "BLOCK_SCALE")
@@ -695,9 +696,48 @@ def _f6_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _f8_shows(kwargs: Mapping[str, Any]) -> bool:
-    """A request in bootstrap room 0: the value decode's metadata row reads as "prefill has not written it yet"."""
+    """A request in bootstrap room 0 (in the transfer queue, a transferred one): the value decode's metadata row reads
+    as "prefill has not written it yet"."""
     case = kwargs.get("case")
+    if isinstance(case, TransferQueueCase):
+        return bool(_f8_stuck(case))
     return isinstance(case, ChecksumCase) and case.bootstrap_room == 0
+
+
+def _f8_stuck(case: TransferQueueCase) -> set[int]:
+    """The transfers F8 keeps queued: each whose receiver reports success in room 0."""
+    return {i for i, t in enumerate(case.transfers) if t.poll == "success" and t.room == 0}
+
+
+def _indices(text: str) -> set[int]:
+    return {int(i) for i in re.findall(r"#(\d+)", text)}
+
+
+_Q7_LISTS = (
+    re.compile(r"committed \[([^\]]*)\], expected every successful transfer \[([^\]]*)\]"),
+    re.compile(r"queue after the pass \[([^\]]*)\], expected the transfers in flight \[([^\]]*)\]"),
+    re.compile(r"freed decode slots \[([^\]]*)\], expected those of the requests that left \[([^\]]*)\]"),
+)
+
+
+def _f8_q7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q7's message when the transferred requests in room 0 - exactly those - stayed queued: missing from the
+    committed ones, kept in the queue, their decode slots not freed."""
+    case = kwargs["case"]
+    stuck = _f8_stuck(case)
+    line = message.split("\n", 1)[0]
+    committed, queue, freed = (p.match(line) for p in _Q7_LISTS)
+    if committed is not None:
+        got, want = _indices(committed[1]), _indices(committed[2])
+        return got <= want and want - got == stuck
+    if queue is not None:
+        got, want = _indices(queue[1]), _indices(queue[2])
+        return want <= got and got - want == stuck
+    if freed is not None:
+        got = {int(v) for v in re.findall(r"-?\d+", freed[1])}
+        want = {int(v) for v in re.findall(r"-?\d+", freed[2])}
+        return got <= want and want - got == {case.transfers[i].decode_slot for i in stuck}
+    return False
 
 
 _F8_MESSAGE = re.compile(
@@ -1312,6 +1352,11 @@ QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.
 were already present (T14 from 0.5.12, with SWA-tail pre-allocation) and the staging room was registered after the
 metadata (T15)."""
 
+F8_RELEASES = (
+    *("0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14"),
+    *("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+)
+"""The releases with #17430's room check (0.5.9 on; none fixes it yet)."""
 T3_RELEASES = (*QUEUE_NO_RETRACT[QUEUE_NO_RETRACT.index("0.4.5.post2") :], *QUEUE_READ_ONCE, *QUEUE_EARLY, *T3_LATE)
 """T3's releases: from 0.4.5.post2, paged allocation's first (#5561: the first page size above 1), to 0.5.21."""
 
@@ -1799,16 +1844,19 @@ KNOWN: dict[str, KnownDefect] = {
         ),
         KnownDefect(
             "F8",
-            "X2",
+            "Q7",
             "sglang",
-            ("0.5.21", "0.5.22", "0.5.23"),
+            F8_RELEASES,
             "a request whose bootstrap room is 0 never leaves decode's transfer queue: decode reads a metadata row "
             'whose room is 0 as "prefill has not written it yet" (_apply_metadata_gate keeps its poll at '
             "Transferring; before the gate, _commit_transfer_to_req waits), so the transferred request - a room any "
             "router may draw, 1 in 2**31 for the gRPC PD router - hangs for ever, holding its KV pages and metadata "
-            "slot (0.5.9-0.5.20 read alike, not driven: X2 runs from the checksum's 0.5.21)",
+            "slot (from #17430's room check, 0.5.9)",
             _f8_shows,
-            _f8_explains,
+            _f8_q7_explains,
+            also=("X2",),
+            explains_also=_f8_explains,
+            narrower=(("X2", ("0.5.21", "0.5.22", "0.5.23")),),
         ),
         KnownDefect(
             "T22",

@@ -1,5 +1,5 @@
 """Hypothesis strategies for pdverify's domain: paged layouts, PD pairs, chunk schedules, requests,
-batches, scheduler-level cases (one request on either side, decode's pre-allocation queue).
+batches, scheduler-level cases (one request on either side, decode's pre-allocation and transfer queues).
 
 Import as ``from pdverify.strategies import paged_rows, batches``; every strategy validates its arguments and raises
 ``hypothesis.errors.InvalidArgument`` on bad ones.
@@ -27,6 +27,7 @@ from pdverify.strategies.layouts import (
 from pdverify.strategies.queue import decode_queues
 from pdverify.strategies.requests import batches, requests
 from pdverify.strategies.sender import bootstrap_cases, sender_cases
+from pdverify.strategies.transfer_queue import transfer_queues
 from pdverify.strategies.translation import token_translations
 
 __all__ = [
@@ -54,5 +55,6 @@ __all__ = [
     "state_lists",
     "token_index_lists",
     "token_translations",
+    "transfer_queues",
     "unregister_field",
 ]

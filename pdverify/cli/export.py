@@ -46,7 +46,8 @@ def test_{slug}_regression() -> None:
 
 _MODEL_MODULES = ("pdverify.model.batch", "pdverify.model.checksum", "pdverify.model.layout", "pdverify.model.exchange",
                   "pdverify.model.queue",
-                  "pdverify.model.sender", "pdverify.model.translation", "pdverify.strategies.layouts")  # fmt: skip
+                  "pdverify.model.sender", "pdverify.model.transfer_queue", "pdverify.model.translation",
+                  "pdverify.strategies.layouts")  # fmt: skip
 """Where the classes of drawn arguments live: their ``repr`` rebuilds them with these names in scope."""
 
 _NAMESPACE: dict[str, Any] = {}

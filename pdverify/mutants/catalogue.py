@@ -49,6 +49,7 @@ def load_all() -> dict[str, Mutant]:
         prebuilt,
         queue,
         transfer,
+        transfer_queue,
         translate,
     )
 

@@ -374,6 +374,7 @@ def prop(
             known = _known_defects(id, kwargs)
             EXAMPLES.release = getattr(kwargs.get("target"), "release", None)
             EXAMPLES.suppressed, EXAMPLES.clause_seen = set(), set()
+            explained: set[str] = set()  # the recorded findings this example reproduced (each counts once)
             if not clauses:
                 EXAMPLES.clause_checked[MAIN] = EXAMPLES.clause_checked.get(MAIN, 0) + 1
             while True:
@@ -391,8 +392,10 @@ def prop(
                             # failing again in a clause already set aside: the defect stops the example before any
                             # clause is reached (a crash of the unit itself), so nothing else can be checked on it
                             rerun = clause in EXAMPLES.suppressed
-                            if not rerun:
+                            if not rerun and defect.id not in explained:
+                                explained.add(defect.id)
                                 EXAMPLES.reproduced[defect.id] = EXAMPLES.reproduced.get(defect.id, 0) + 1
+                            if not rerun:
                                 EXAMPLES.clause_known[clause] = EXAMPLES.clause_known.get(clause, 0) + 1
                                 EXAMPLES.suppressed.add(clause)
                             if not rerun and any(applies_to(c, EXAMPLES.release) for c in declared):

@@ -226,6 +226,11 @@ FROM_HANDSHAKE_FAILURE_ABORT = Contract(
     "(#6504), first in sglang 0.4.6.post5",
     "0.4.6.post5",
 )
+FROM_TRANSFER_FAILURE_ABORT = Contract(
+    "decode aborts a request whose KV transfer failed (prepare_abort, 500) where it raised 'Transfer failed' "
+    "(#6504), first in sglang 0.4.6.post5",
+    "0.4.6.post5",
+)
 FROM_PREALLOC_RECEIVER_ABORT = Contract(
     "the scheduler's AbortReq handler aborts a pre-allocation-queued request's KV receiver (#8352), first in "
     "sglang 0.4.9.post5",
@@ -337,6 +342,7 @@ FEATURES: dict[str, Contract] = {
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "pp_consensus": FROM_PP_CONSENSUS,
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
+    "transfer_failure_abort": FROM_TRANSFER_FAILURE_ABORT,
     "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
     "deterministic_inference": FROM_DETERMINISTIC_INFERENCE,

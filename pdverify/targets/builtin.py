@@ -20,6 +20,7 @@ from pdverify.production import (
     prefill_sender,
     sender,
     transfer,
+    transfer_queue,
     translate,
     wire,
 )
@@ -47,6 +48,7 @@ def pdverify_target() -> Target:
         bootstrap=sender.bootstrap,
         decode_prealloc=decode_prealloc.decode_prealloc,
         decode_queue=decode_queue.decode_queue,
+        transfer_queue=transfer_queue.transfer_queue,
         wire_roundtrip=wire.wire_roundtrip,
         kv_checksum=checksum.kv_checksum,
         layout="sglang-0.5.23",
@@ -117,6 +119,7 @@ def legacy_target() -> Target:
         bootstrap=None,
         decode_prealloc=None,
         decode_queue=None,
+        transfer_queue=None,
         wire_roundtrip=None,
         kv_checksum=None,
         layout="sglang-pr35070",

@@ -25,6 +25,7 @@ from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, Prefil
 from pdverify.model.layout import PageAllocator
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
+from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
 from pdverify.production.page_index import PageIndices
 from pdverify.production.transfer import KvChunk, PrefillSendState, WireIndices
 
@@ -125,6 +126,12 @@ class WireRoundtrip(Protocol):
     ) -> WireMessage: ...
 
 
+class TransferQueue(Protocol):
+    """One pass of decode's transfer queue (``DecodeTransferQueue.pop_transferred``) over the queued transfers."""
+
+    def __call__(self, case: TransferQueueCase, device: str, /) -> TransferTrace: ...
+
+
 class KvChecksum(Protocol):
     """One request's KV handoff with the KV checksum on: prefill's digest, the transfer, decode's verification."""
 
@@ -140,6 +147,7 @@ SCHEDULER_UNITS: tuple[str, ...] = (
     "bootstrap",
     "decode_prealloc",
     "decode_queue",
+    "transfer_queue",
     "wire_roundtrip",
     "kv_checksum",
 )
@@ -201,6 +209,7 @@ class Target:
     bootstrap: Bootstrap | None = None
     decode_prealloc: DecodePrealloc | None = None
     decode_queue: DecodeQueue | None = None
+    transfer_queue: TransferQueue | None = None
     wire_roundtrip: WireRoundtrip | None = None
     kv_checksum: KvChecksum | None = None
     layout: str = "sglang-0.5.23"

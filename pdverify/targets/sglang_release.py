@@ -18,11 +18,14 @@ Releases moved and renamed the units under test (read from the released wheels, 
   from 0.4.5.post2 to 0.5.20, where the same steps are inline, one call of its ``send_kv_chunk`` and one pass of its
   ``pop_preallocated`` (``sglang_inline_units``).
 * The scheduler-level units (``prefill_exchange``, ``kv_sender``, ``bootstrap``, ``decode_prealloc``,
-  ``decode_queue``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written against the
-  0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which 0.5.22 lacks).
+  ``decode_queue``, ``transfer_queue``, ``wire_roundtrip``) are driven through SGLang's own methods by drivers written
+  against the 0.5.23 form (``CommonKVManager.prepare_send_state_indices``, ``build_receiver_metadata_message``, which
+  0.5.22 lacks).
   Earlier releases have these paths in other forms; for them the unit is not supplied and ``unit_sources`` says
   why, so the report shows "not applicable (... no driver for this release's form)", never a pass. The
-  ``pop_preallocated`` driver (``decode_queue``) runs on every release (``DECODE_QUEUE_DRIVER_FROM``), the KV sender's
+  ``pop_preallocated`` driver (``decode_queue``) runs on every release (``DECODE_QUEUE_DRIVER_FROM``), the
+  ``pop_transferred`` driver (``transfer_queue``) on every release with a KV transport (``TRANSFER_QUEUE_DRIVER_FROM``),
+  the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``).
 """
@@ -108,6 +111,7 @@ TRANSPORT_UNITS = (
     "wire_roundtrip",
     "send_kv_chunk",
     "decode_page_indices",
+    "transfer_queue",
 )
 KV_SENDER_DRIVER_FROM = "0.4.5.post1"
 """The first release the ``kv_sender`` driver runs on: the first with a KV transport (``KV_TRANSPORT_FROM``). To
@@ -152,6 +156,13 @@ feature). 0.5.21's lock receipts and ``set_extend_range`` are set on the stand-i
 (``_allocatable_token_budgets`` and the SWA side's ``_swa_tail_allocatable_token_budget``, less what the pass
 committed). Before 0.5.22 the paged allocator's ``alloc_extend`` launches a Triton kernel only;
 ``sglang_decode.AllocExtendKernel`` runs it on CPU, held to SGLang's own ``alloc_extend_naive`` by a test."""
+TRANSFER_QUEUE_DRIVER_FROM = KV_TRANSPORT_FROM
+"""The first release the ``pop_transferred`` driver runs on: the first with a KV transport, whose aux transfer lands
+prefill's metadata row in decode's (before, the placeholder receiver moves nothing: no row ever lands, and the unit's
+input - a transfer done - cannot arise; ``TRANSPORT_UNITS``). So every release that has the path. It meets the list of
+metadata tensors before 0.4.6.post5 (prefill's ``store_prefill_results``, ``transferred_output_id``), ``send_aux``'s
+three forms, ``_commit_transfer_to_req`` from 0.5.5.post1 and the metadata gate from 0.5.13."""
+
 KV_CHECKSUM_FROM = "0.5.21"
 """The first release with the PD KV checksum (``--disaggregation-enable-kv-checksum``, #39500), and so with the
 ``kv_checksum`` unit (X2): before it there is no such code. The driver meets 0.5.21's chunk end
@@ -313,6 +324,7 @@ def sglang_release_target() -> Target:
         from pdverify.targets.sglang_checksum import sglang_kv_checksum
         from pdverify.targets.sglang_decode import sglang_decode_prealloc, sglang_decode_queue
         from pdverify.targets.sglang_prefill import sglang_bootstrap, sglang_kv_sender, sglang_prefill_exchange
+        from pdverify.targets.sglang_transfer_queue import sglang_transfer_queue
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
 
         return (
@@ -321,6 +333,7 @@ def sglang_release_target() -> Target:
             sglang_bootstrap,
             sglang_decode_prealloc,
             sglang_decode_queue,
+            sglang_transfer_queue,
             sglang_wire_roundtrip,
             sglang_kv_checksum,
         )
@@ -341,6 +354,7 @@ def sglang_release_target() -> Target:
         "kv_sender": KV_SENDER_DRIVER_FROM,
         "bootstrap": BOOTSTRAP_DRIVER_FROM,
         "decode_queue": DECODE_QUEUE_DRIVER_FROM,
+        "transfer_queue": TRANSFER_QUEUE_DRIVER_FROM,
         "decode_prealloc": DECODE_PREALLOC_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
         "kv_checksum": KV_CHECKSUM_FROM,

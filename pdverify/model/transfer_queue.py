@@ -1,0 +1,118 @@
+"""Decode's transfer queue: one ``DecodeTransferQueue.pop_transferred`` pass over the requests whose KV is in flight
+(sglang 0.5.23's ``pop_transferred`` with its metadata gate and ``_commit_transfer_to_req``).
+
+A ``TransferQueueCase`` is what one pass reads: the queued transfers in queue order, each with the state its KV
+receiver reports when polled, its bootstrap room, its metadata slot on each side and the first output token prefill
+sampled. For a transfer whose receiver reports success, prefill's metadata row (first token, cached tokens, room)
+has landed in decode's slot: prefill writes it (``set_buf``) and sends it beside the last KV chunk (``send_aux``),
+and the receiver reports success only once both arrived. A ``TransferTrace`` is what the pass did: which transfers
+it committed (the request holds prefill's first token and leaves the queue for the running batch, or finishes at
+once when it asked for one token), which it aborted, which it left queued, and which metadata slots it freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdverify.validation import require_int
+
+POLL_STATES = ("success", "transferring", "waiting", "bootstrapping", "failed")
+"""What a queued transfer's KV receiver reports (``KVPoll``): ``"success"`` - every chunk and prefill's metadata row
+landed; ``"transferring"``, ``"waiting"`` (``WaitingForInput``), ``"bootstrapping"`` - still in flight;
+``"failed"`` - prefill or the transfer engine reported a failure."""
+IN_FLIGHT = ("transferring", "waiting", "bootstrapping")
+"""The poll states of a transfer still in flight: the pass leaves it queued."""
+MAX_ROOM = 2**63 - 1
+"""The largest bootstrap room: the HTTP PD router draws rooms from ``[0, 2**63)`` (``GenerateReqInput.bootstrap_room``
+is any int, and the metadata row holds it as int64); the gRPC router from ``[0, 2**31 - 1)``."""
+VOCAB = 128256
+"""The model's vocabulary (Llama 3's): prefill samples first tokens below it, and decode's requests carry it as
+``vocab_size``."""
+LLAMA3_EOS = (128001, 128008, 128009)
+"""Llama-3.1-Instruct's eos ids (its configuration's ``eos_token_id``): what the scheduler gives each request as
+``eos_token_ids``."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One request in decode's transfer queue."""
+
+    room: int
+    """The request's ``bootstrap_room``, in ``[0, MAX_ROOM]``: 0 is a room like any other."""
+    decode_slot: int
+    """Its metadata slot on decode (``DecodeRequest.metadata_buffer_index``): the row prefill's row lands in."""
+    prefill_slot: int
+    """Its metadata slot on prefill (``req.metadata_buffer_index`` there): the row prefill writes and sends."""
+    first_token: int
+    """The first output token prefill sampled (``set_buf`` writes it into the row)."""
+    poll: str = "success"
+    """What its KV receiver reports (``POLL_STATES``)."""
+    max_new_tokens: int = 8
+    """The request's ``max_new_tokens``: with 1, the first token finishes it at once."""
+
+    def __post_init__(self) -> None:
+        require_int("room", self.room, minimum=0)
+        if self.room > MAX_ROOM:
+            raise ValueError(f"room must be <= 2**63 - 1 (the metadata row holds it as int64), got {self.room}")
+        require_int("decode_slot", self.decode_slot, minimum=0)
+        require_int("prefill_slot", self.prefill_slot, minimum=0)
+        require_int("first_token", self.first_token, minimum=0)
+        if self.first_token >= VOCAB:
+            raise ValueError(f"first_token must be < {VOCAB} (a vocabulary id), got {self.first_token}")
+        if self.poll not in POLL_STATES:
+            raise ValueError(f"poll must be one of {', '.join(POLL_STATES)}, got {self.poll!r}")
+        require_int("max_new_tokens", self.max_new_tokens, minimum=1)
+
+
+@dataclass(frozen=True)
+class TransferQueueCase:
+    """One ``pop_transferred`` pass: the queued transfers in queue order, over ``slots`` metadata rows a side."""
+
+    transfers: tuple[Transfer, ...]
+    slots: int = 8
+    """The metadata rows on each side (``MetadataBuffers(size)``; the allocator's size on decode)."""
+    eos_token_ids: tuple[int, ...] | None = LLAMA3_EOS
+    """The model's eos ids, each request's ``eos_token_ids`` (``model_config.hf_eos_token_id``); None: a model whose
+    configuration names none. A first token among them ends the request like its last token."""
+
+    def __post_init__(self) -> None:
+        require_int("slots", self.slots, minimum=1)
+        if self.eos_token_ids is not None:
+            if not isinstance(self.eos_token_ids, tuple) or not self.eos_token_ids:
+                raise ValueError(f"eos_token_ids must be None or a non-empty tuple of ids, got {self.eos_token_ids!r}")
+            for e in self.eos_token_ids:
+                require_int("eos_token_ids[]", e, minimum=0)
+        if not isinstance(self.transfers, tuple) or not all(isinstance(t, Transfer) for t in self.transfers):
+            raise ValueError(f"transfers must be a tuple of Transfer, got {self.transfers!r}")
+        for side in ("decode_slot", "prefill_slot"):
+            used = [getattr(t, side) for t in self.transfers]
+            if any(s >= self.slots for s in used):
+                raise ValueError(f"every {side} must be < slots={self.slots}, got {used}")
+            if len(set(used)) != len(used):
+                raise ValueError(f"each queued request holds its own {side}; got {used} (one row, one request)")
+        rooms = [t.room for t in self.transfers]
+        if len(set(rooms)) != len(rooms):
+            raise ValueError(f"each queued request has its own bootstrap room, got {rooms}")
+
+    def input_features(self) -> tuple[str, ...]:
+        """The input features of ``pdverify.properties.releases.FEATURES`` the case uses: a failed transfer is
+        ``transfer_failure_abort``'s (before #6504 the pass raised by design); the rest every release with PD decode
+        can queue."""
+        return ("transfer_failure_abort",) if any(t.poll == "failed" for t in self.transfers) else ()
+
+
+@dataclass(frozen=True)
+class TransferTrace:
+    committed: tuple[int, ...]
+    """The transfers committed (indices into ``case.transfers``, in queue order): the request holds prefill's first
+    token and left the queue unaborted - for the running batch, or finished at once."""
+    tokens: tuple[int, ...]
+    """The first output token each committed request holds, in ``committed``'s order."""
+    aborted: tuple[int, ...]
+    """The transfers the pass aborted (their request's abort streamed), in queue order."""
+    queued: tuple[int, ...]
+    """The queue after the pass, in order."""
+    freed: tuple[int, ...]
+    """The decode metadata slots the pass returned to the allocator, sorted."""
+    raised: str = ""
+    """What the pass raised (empty: nothing)."""

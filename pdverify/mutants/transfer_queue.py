@@ -1,0 +1,69 @@
+"""Faults in decode's transfer queue: pdverify's port of one ``pop_transferred`` pass with one step replaced.
+
+Each mutant is what a slip in SGLang's ``pop_transferred`` / ``_commit_transfer_to_req`` could do: a sentinel that
+collides with a valid room, the row read at the wrong slot, a slot leaked or freed twice, a failure left queued, a
+one-token request dropped, the queue reordered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
+from pdverify.mutants.catalogue import mutant
+from pdverify.production.transfer_queue import Row, TransferPass
+
+
+class _RoomSentinel(TransferPass):
+    def landed(self, row: Row) -> bool:
+        return row[1] != 0
+
+
+@mutant("XU01", "transfer_queue", "sentinel collision", "a row whose room is 0 reads as not yet written (F8)")
+def room_sentinel(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _RoomSentinel(case).run()
+
+
+class _PrefillSlot(TransferPass):
+    def row(self, i: int) -> Row:
+        return self.rows[self.case.transfers[i].prefill_slot]
+
+
+@mutant("XU02", "transfer_queue", "wrong index", "decode reads the row at the request's prefill slot")
+def prefill_slot_row(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _PrefillSlot(case).run()
+
+
+@mutant("XU03", "transfer_queue", "leak", "a committed request's decode slot is not freed")
+def committed_slot_leaked(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    kept = {case.transfers[i].decode_slot for i in trace.committed}
+    return replace(trace, freed=tuple(s for s in trace.freed if s not in kept))
+
+
+@mutant("XU04", "transfer_queue", "missing case", "a failed transfer is left queued, neither aborted nor freed")
+def failure_left_queued(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    failed = {case.transfers[i].decode_slot for i in trace.aborted}
+    return replace(trace, aborted=(), queued=tuple(sorted((*trace.queued, *trace.aborted))),
+                   freed=tuple(s for s in trace.freed if s not in failed))  # fmt: skip
+
+
+@mutant("XU05", "transfer_queue", "missing case", "a one-token request finished by its first token is dropped")
+def one_token_dropped(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    kept = [(i, tok) for i, tok in zip(trace.committed, trace.tokens, strict=True)
+            if case.transfers[i].max_new_tokens > 1]  # fmt: skip
+    return replace(trace, committed=tuple(i for i, _ in kept), tokens=tuple(tok for _, tok in kept))
+
+
+@mutant("XU06", "transfer_queue", "wrong order", "the transfers left queued are kept in reverse order")
+def queue_reversed(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    return replace(trace, queued=tuple(reversed(trace.queued)))
+
+
+@mutant("XU07", "transfer_queue", "wrong value", "the committed request holds the row's room as its first token")
+def room_as_token(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    return replace(trace, tokens=tuple(case.transfers[i].room for i in trace.committed))

@@ -1,0 +1,30 @@
+"""What one pass of decode's transfer queue must do, in plain Python over the case's lists."""
+
+from __future__ import annotations
+
+from pdverify.model.transfer_queue import TransferQueueCase
+
+
+def committed(case: TransferQueueCase) -> list[int]:
+    """Every transfer whose receiver reports success, in queue order: its row has landed, whatever its room."""
+    return [i for i, t in enumerate(case.transfers) if t.poll == "success"]
+
+
+def tokens(case: TransferQueueCase) -> list[int]:
+    """The first token each committed request holds: the one prefill sampled."""
+    return [case.transfers[i].first_token for i in committed(case)]
+
+
+def aborted(case: TransferQueueCase) -> list[int]:
+    """Every transfer whose receiver reports a failure, in queue order."""
+    return [i for i, t in enumerate(case.transfers) if t.poll == "failed"]
+
+
+def queued(case: TransferQueueCase) -> list[int]:
+    """The transfers still in flight, in queue order."""
+    return [i for i, t in enumerate(case.transfers) if t.poll not in ("success", "failed")]
+
+
+def freed(case: TransferQueueCase) -> list[int]:
+    """The decode slots of the transfers that left the queue (committed or aborted), sorted."""
+    return sorted(t.decode_slot for t in case.transfers if t.poll in ("success", "failed"))

@@ -1,0 +1,85 @@
+"""Port of decode's transfer queue pass (sglang 0.5.23 ``DecodeTransferQueue.pop_transferred``), with F8's fix.
+
+Each side holds ``slots`` metadata rows of ``(first token, room, written)``. Prefill writes a request's row into its
+slot (``set_buf``, which also sets the written mark - the fix) and the aux transfer copies it into decode's slot
+(``send_aux``) before the receiver reports success. The pass polls every queued receiver; a failed transfer is
+aborted, a successful one goes through the metadata gate - its row landed once its written mark is set (0.5.9-0.5.23
+read a room of 0 as "not yet written": F8) - and is committed with the row's first token if the row is the request's
+own (another room's row is corruption, aborted); a request asking for one token finishes at once. Every request that
+left the queue frees its decode slot.
+"""
+
+from __future__ import annotations
+
+from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
+
+Row = tuple[int, int, int]
+"""A metadata row: ``(first token, room, written)``."""
+EMPTY: Row = (0, 0, 0)
+
+
+def row_landed(row: Row) -> bool:
+    """The metadata gate: whether decode's row holds what prefill wrote (its written mark, not its room)."""
+    return row[2] != 0
+
+
+def handoff_rows(case: TransferQueueCase) -> list[Row]:
+    """Decode's rows after prefill's ``set_buf`` and ``send_aux`` for every transfer whose receiver reports success
+    (the receiver reports success only once the row landed); a row no transfer landed in stays cleared."""
+    prefill = [EMPTY] * case.slots
+    decode = [EMPTY] * case.slots
+    for t in case.transfers:
+        if t.poll == "success":
+            prefill[t.prefill_slot] = (t.first_token, t.room, 1)
+            decode[t.decode_slot] = prefill[t.prefill_slot]
+    return decode
+
+
+class TransferPass:
+    """One pass over a case, each rule a method (the mutants replace one)."""
+
+    def __init__(self, case: TransferQueueCase) -> None:
+        self.case = case
+        self.rows = handoff_rows(case)
+
+    def landed(self, row: Row) -> bool:
+        """The metadata gate."""
+        return row_landed(row)
+
+    def row(self, i: int) -> Row:
+        """Decode's row of transfer ``i``: its own slot's."""
+        return self.rows[self.case.transfers[i].decode_slot]
+
+    def run(self) -> TransferTrace:
+        committed: list[int] = []
+        tokens: list[int] = []
+        aborted: list[int] = []
+        queued: list[int] = []
+        freed: list[int] = []
+        for i, t in enumerate(self.case.transfers):
+            if t.poll == "failed":
+                aborted.append(i)
+                freed.append(t.decode_slot)
+                continue
+            row = self.row(i)
+            if t.poll != "success" or not self.landed(row):
+                queued.append(i)
+                continue
+            freed.append(t.decode_slot)
+            if row[1] != t.room:  # another request's row: corruption, aborted
+                aborted.append(i)
+                continue
+            committed.append(i)
+            tokens.append(row[0])
+        return TransferTrace(
+            committed=tuple(committed),
+            tokens=tuple(tokens),
+            aborted=tuple(aborted),
+            queued=tuple(queued),
+            freed=tuple(sorted(freed)),
+        )
+
+
+def transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace:
+    """One ``pop_transferred`` pass over ``case`` (host-side bookkeeping: ``device`` is not read)."""
+    return TransferPass(case).run()

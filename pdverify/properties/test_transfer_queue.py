@@ -1,0 +1,80 @@
+"""Decode's transfer queue (``pop_transferred`` over the requests whose KV is in flight): who is committed with which
+first token, who is aborted, what stays queued, which metadata slots are freed.
+
+Q7 compares one pass against the oracle (``pdverify.oracle.transfer_queue``). A transfer whose receiver reports
+success has its KV and prefill's metadata row in place: decode must commit it - the request holds the first token
+prefill sampled and leaves the queue (for the running batch, or finished when that token was its last) - in
+whatever bootstrap room the router put it, 0 included. A failed transfer is aborted (drawn from 0.4.6.post5: before
+#6504 the pass raised by design, ``FROM_TRANSFER_FAILURE_ABORT``). Transfers still in flight stay queued, in
+order, unaborted; each request that left the queue frees its decode slot, and no other slot is freed.
+"""
+
+from __future__ import annotations
+
+from hypothesis import example
+
+from pdverify.model.transfer_queue import Transfer, TransferQueueCase, TransferTrace
+from pdverify.oracle import transfer_queue as oracle
+from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
+from pdverify.strategies.transfer_queue import transfer_queues
+from pdverify.targets import Target
+
+NEEDS = ("transfer_queue",)
+
+ROOM_ZERO = TransferQueueCase(
+    transfers=(Transfer(room=0, decode_slot=5, prefill_slot=23, first_token=128006),
+               Transfer(room=2**31 - 2, decode_slot=6, prefill_slot=24, first_token=128006)),
+    slots=64,
+)  # fmt: skip
+"""Production-shaped: two requests of a Llama-3.1-8B deployment behind the gRPC PD router, both transferred, the first
+in room 0 (one request in 2**31 - 1 there), the second at the router's last room; 64 metadata rows a side."""
+
+
+def _names(indices: tuple[int, ...] | list[int]) -> str:
+    return "[" + ", ".join(f"#{i}" for i in indices) + "]"
+
+
+@example(case=ROOM_ZERO)
+@prop(
+    "Q7",
+    "decode's transfer queue commits every transfer whose receiver reports success - the request holds prefill's "
+    "first token and leaves the queue - whatever its bootstrap room, 0 included; aborts every failed one; keeps the "
+    "transfers in flight queued in order, unaborted; and frees the decode metadata slot of each request that left the "
+    "queue, no other",
+    clauses=(
+        Clause("commit", title="every successful transfer committed with prefill's first token, in any room"),
+        Clause("in_flight", title="transfers in flight stay queued in order; slots freed exactly for those that left"),
+        Clause("failed_aborted", title="every failed transfer aborted, none other"),
+    ),
+    needs=NEEDS,
+    case=transfer_queues(),
+)
+def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQueueCase) -> None:
+    within_release(case)
+    trace: TransferTrace = target.require("transfer_queue")(case, device)
+    polls = {t.poll for t in case.transfers}
+    note_event("a transfer in bootstrap room 0" if any(t.room == 0 for t in case.transfers) else "no room 0")
+    note_event("a failed transfer" if "failed" in polls else "no failed transfer")
+    note_event("a one-token request" if any(t.max_new_tokens == 1 for t in case.transfers) else "no one-token request")
+    assert not trace.raised, f"the pass raised: {trace.raised}"
+    if applies("commit"):
+        want = oracle.committed(case)
+        assert list(trace.committed) == want, (
+            f"committed {_names(trace.committed)}, expected every successful transfer {_names(want)} (rooms "
+            f"{[case.transfers[i].room for i in want]})"
+        )
+        assert list(trace.tokens) == oracle.tokens(case), (
+            f"the committed requests hold first tokens {list(trace.tokens)}, prefill sampled {oracle.tokens(case)}"
+        )
+    if applies("failed_aborted"):
+        assert list(trace.aborted) == oracle.aborted(case), (
+            f"aborted {_names(trace.aborted)}, expected the failed transfers {_names(oracle.aborted(case))}"
+        )
+    if applies("in_flight"):
+        assert list(trace.queued) == oracle.queued(case), (
+            f"queue after the pass {_names(trace.queued)}, expected the transfers in flight "
+            f"{_names(oracle.queued(case))}"
+        )
+        assert list(trace.freed) == oracle.freed(case), (
+            f"freed decode slots {list(trace.freed)}, expected those of the requests that left {oracle.freed(case)}"
+        )

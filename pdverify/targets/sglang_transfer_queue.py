@@ -1,0 +1,261 @@
+"""The ``transfer_queue`` unit on a released SGLang: one pass of decode's own ``DecodeTransferQueue.pop_transferred``
+over the queued transfers of a ``TransferQueueCase``, every release with a KV transport (0.4.5.post1 on: before, the
+placeholder receiver lands no metadata row).
+
+SGLang's own code on the path:
+
+* prefill: each transferred request's metadata row written by the release's own writer into its own buffers -
+  ``MetadataBuffers.set_buf`` on a real ``Req`` holding its first token (0.4.6.post5 on), or the bootstrap queue's
+  ``store_prefill_results`` into the output-id buffer (before, when the metadata buffers were a list of tensors) -
+  and sent into decode's slot by ``MooncakeKVManager.send_aux`` in the release's form (one buffer and
+  ``transfer_sync``; every buffer and ``batch_transfer_sync``; ``_transfer_data`` from 0.5.1), over a manager that
+  holds prefill's registered buffers;
+* decode: the release's ``DecodeTransferQueue`` with its own ``MetadataBuffers`` (or buffer list), real ``Req`` and
+  ``DecodeRequest`` entries, the real ``ReqToMetadataIdxAllocator`` holding the queued requests' slots, and
+  ``pop_transferred`` - ``poll_and_all_reduce`` over a one-rank gloo group, the metadata gate
+  (``_poll_with_metadata_gate``, 0.5.13 on), ``_commit_transfer_to_req`` (0.5.5.post1 on), ``prepare_abort``, the
+  one-token finish (``check_finished``).
+
+Stubbed: each request's KV receiver (its ``poll`` reports the drawn state; a failed one's ``failure_exception``
+raises the peer's error), the transfer engine (a byte copy of each block, what Mooncake writes), the decode
+scheduler's output streamer and metrics (recorded, off) and the KV release of a request that leaves the queue
+(``release_kv_cache`` / the tree cache: the pre-allocated pages are not this unit's; nothing is cached here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
+
+from pdverify.model.transfer_queue import VOCAB, TransferQueueCase, TransferTrace
+
+PROMPT = 24
+"""Prompt tokens of each queued request (the queue reads no prompt token)."""
+HIDDEN_SIZE = 16
+"""The metadata buffers' hidden-state width (the speculative path, off here, reads it)."""
+_POLL = {"success": "Success", "transferring": "Transferring", "waiting": "WaitingForInput",
+         "bootstrapping": "Bootstrapping", "failed": "Failed"}  # fmt: skip
+
+
+def _metadata_buffers(sg: Any, slots: int) -> Any:  # pragma: no cover - conformance venv
+    """One side's metadata buffers as the release's scheduler builds them: ``MetadataBuffers`` (0.4.6.post5 on, the
+    arguments its constructor takes), else the one int32 output-id buffer of ``(slots, 16)``."""
+    if sg.MetadataBuffers is None:
+        return [torch.zeros((slots, 16), dtype=torch.int32, device="cpu")]
+    params = inspect.signature(sg.MetadataBuffers.__init__).parameters
+    wanted = {"hidden_size": HIDDEN_SIZE, "dtype": torch.bfloat16, "hidden_states_dtype": torch.bfloat16,
+              "max_sampling_mask_tokens": 16}  # fmt: skip
+    return sg.MetadataBuffers(slots, **{k: v for k, v in wanted.items() if k in params})
+
+
+def _buffer_infos(rows: Any) -> tuple[list[int], list[int]]:  # pragma: no cover - conformance venv
+    """The registered buffers' addresses and row lengths (``kv_args.aux_data_ptrs`` / ``aux_item_lens``)."""
+    if isinstance(rows, list):  # the scheduler's registration of the buffer list (PrefillBootstrapQueue)
+        return [b.data_ptr() for b in rows], [b[0].nbytes for b in rows]
+    ptrs, _, item_lens = rows.get_buf_infos()
+    return list(ptrs), list(item_lens)
+
+
+def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destination: int) -> None:  # pragma: no cover
+    """Prefill's aux transfer of a request's row: the release's own ``MooncakeKVManager.send_aux`` on a manager
+    holding prefill's registered buffers; the engine copies each block byte for byte."""
+    ptrs, item_lens = _buffer_infos(prefill_rows)
+    dst_ptrs, _ = _buffer_infos(decode_rows)
+
+    def blocks(session: Any, src: list[int], dst: list[int], lengths: list[int]) -> int:
+        for s, d, n in zip(src, dst, lengths, strict=True):
+            ctypes.memmove(d, s, n)
+        return 0
+
+    engine = SimpleNamespace(transfer_sync=lambda session, s, d, n: blocks(session, [s], [d], [n]),
+                             batch_transfer_sync=blocks)  # fmt: skip
+    manager = SimpleNamespace(
+        kv_args=SimpleNamespace(aux_data_ptrs=ptrs, aux_item_lens=item_lens),
+        engine=engine,
+        enable_custom_mem_pool=False,
+        custom_mem_pool_type=None,
+        _transfer_data=lambda session, triples: blocks(session, *map(list, zip(*triples, strict=True))),
+    )
+    params = list(inspect.signature(sg.MooncakeKVManager.send_aux).parameters)
+    if params[1] == "req":  # 0.5.1 on: (req: TransferInfo, prefill_aux_index, dst_aux_ptrs)
+        info = SimpleNamespace(dst_aux_index=destination, mooncake_session_id="pdverify-session")
+        status = sg.MooncakeKVManager.send_aux(manager, info, source, dst_ptrs)
+    else:  # (mooncake_session_id, prefill_aux_index, dst_aux_ptrs, dst_aux_index)
+        status = sg.MooncakeKVManager.send_aux(manager, "pdverify-session", source, dst_ptrs, destination)
+    if status != 0:
+        raise AssertionError(f"the aux transfer failed (status {status})")
+
+
+def _write_row(sg: Any, rows: Any, req: Any, slot: int, token: int) -> None:  # pragma: no cover - conformance venv
+    """Prefill's write of the request's metadata row: ``set_buf`` on the request holding its first token, or the
+    bootstrap queue's ``store_prefill_results`` where the buffers are a list (before 0.4.6.post5)."""
+    if isinstance(rows, list):
+        sg.PrefillBootstrapQueue.store_prefill_results(SimpleNamespace(metadata_buffers=rows), slot, token)
+        return
+    req.output_ids = [token]
+    req.metadata_buffer_index = slot
+    rows.set_buf(req)
+
+
+def _model_eos_ids(case: TransferQueueCase) -> Any:  # pragma: no cover - conformance venv
+    """What the release's scheduler gives each request as ``eos_token_ids``: its ``ModelConfig``'s eos ids read from a
+    configuration whose ``eos_token_id`` is the case's (the release's own reader - ``get_hf_eos_token_id`` or
+    ``_get_hf_eos_token_id`` - on it, no generation config), so a model that names none gets what the release makes
+    of that (an empty set, or None where a release keeps None)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    named = None if case.eos_token_ids is None else list(case.eos_token_ids)
+    read = getattr(ModelConfig, "_get_hf_eos_token_id", None) or getattr(ModelConfig, "get_hf_eos_token_id", None)
+    if read is None:
+        return None if named is None else set(named)
+    return read(SimpleNamespace(hf_config=SimpleNamespace(eos_token_id=named), hf_generation_config=None))
+
+
+def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
+    def failure_exception() -> None:
+        raise RuntimeError("the prefill peer reported the KV transfer failed")
+
+    poll = getattr(sg.KVPoll, _POLL[state])
+    return SimpleNamespace(poll=lambda: poll, clear=lambda: None, failure_exception=failure_exception)
+
+
+@contextmanager
+def _released(sg: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
+    """A request that leaves the queue gives its pre-allocated KV back (``release_kv_cache``, where the module has
+    it): not this unit's pages, recorded as nothing."""
+    with mock.patch.object(sg.decode, "release_kv_cache", lambda *a, **kw: None, create=True):
+        yield
+
+
+def _token(req: Any) -> int | None:  # pragma: no cover - conformance venv
+    """The first output token decode holds for ``req``: its last output id, or before 0.4.6.post5 the id the queue
+    set aside for the batch (``transferred_output_id``)."""
+    if req.output_ids:
+        return int(req.output_ids[-1])
+    held = getattr(req, "transferred_output_id", None)
+    return None if held is None else int(held)
+
+
+def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace:  # pragma: no cover - conformance
+    """One ``pop_transferred`` pass of the installed release over ``case`` (host-side: ``device`` is not read)."""
+    from pdverify.targets.sglang_group import one_rank_gloo
+    from pdverify.targets.sglang_request import release_request
+
+    sg = _modules()
+    prefill_rows, decode_rows = _metadata_buffers(sg, case.slots), _metadata_buffers(sg, case.slots)
+    prompt = [(7 * t + 11) % 30000 for t in range(PROMPT)]
+    eos = _model_eos_ids(case)
+    entries, requests = [], []
+    for i, t in enumerate(case.transfers):
+        fields: dict[str, Any] = {
+            "bootstrap_host": "10.0.0.1",
+            "bootstrap_port": 8998,
+            "bootstrap_room": t.room,
+            "eos_token_ids": eos,
+            "vocab_size": VOCAB,
+        }
+        if t.poll == "success":  # the receiver reports success once every chunk and prefill's row have landed
+            preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
+            _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
+            _send_aux(sg, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
+        req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
+        req.sampling_params.normalize(None)  # as the tokenizer manager hands it over (stop strings made lists)
+        requests.append(req)
+        entries.append(
+            sg.DecodeRequest(req=req, kv_receiver=_receiver(sg, t.poll), metadata_buffer_index=t.decode_slot)
+        )
+
+    streamed: list[str] = []
+    stream = SimpleNamespace(stream_output=lambda reqs, *a, **kw: streamed.extend(r.rid for r in reqs))
+    tree_cache = SimpleNamespace(cache_finished_req=lambda *a, **kw: None, unlock=lambda *a, **kw: None,
+                                 finish=lambda *a, **kw: None)  # fmt: skip
+    scheduler = SimpleNamespace(
+        stream_output=stream.stream_output,
+        output_streamer=stream,
+        enable_metrics=False,
+        tp_rank=0,
+        metrics_reporter=SimpleNamespace(enable_metrics=False),
+        enable_decode_hicache=False,
+        enable_hisparse=False,
+        kv_checksum_computer=None,
+        spec_algorithm=SimpleNamespace(is_none=lambda: True),
+        batch_result_processor=SimpleNamespace(_maybe_update_reasoning_tokens=lambda *a, **kw: None),
+        # the decode server's arguments (0.5.9-0.5.18's commit asks whether the transfer is the fake backend)
+        server_args=SimpleNamespace(disaggregation_transfer_backend="mooncake", disaggregation_mode="decode"),
+        tree_cache=tree_cache,
+    )
+    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
+    queue.queue = list(entries)
+    queue.gloo_group = one_rank_gloo()
+    queue.metadata_buffers = decode_rows
+    queue.scheduler = scheduler
+    queue.tree_cache = tree_cache
+    queue.tp_rank = 0
+    queue.spec_algorithm = scheduler.spec_algorithm
+    queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
+    queue._skipped_checksum_signatures = set()
+    allocator = sg.ReqToMetadataIdxAllocator(case.slots)
+    held = {t.decode_slot for t in case.transfers}
+    # the queued requests hold their slots (state injection: the allocator hands slots out in order)
+    allocator.free_slots = type(allocator.free_slots)(i for i in range(case.slots) if i not in held)
+    queue.req_to_metadata_buffer_idx_allocator = allocator
+    before = list(allocator.free_slots)
+
+    raised = ""
+    returned: list[Any] = []
+    try:
+        with _released(sg):
+            returned = list(queue.pop_transferred())
+    except Exception as e:  # the pass raising takes the scheduler down: a verdict, reported
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raised = f"{type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:{where.lineno})"
+    left = {id(e.req) for e in queue.queue}
+    # 0.4.6-0.4.6.post4 return the DecodeRequest entries (their caller takes each entry's req), the rest the Req
+    returned_ids = {id(r.req if isinstance(r, sg.DecodeRequest) else r) for r in returned}
+    committed, tokens, aborted = [], [], []
+    for i, req in enumerate(requests):
+        if id(req) in left:
+            continue
+        reason = req.finished_reason
+        if reason is not None and isinstance(reason, sg.FINISH_ABORT):
+            aborted.append(i)
+            continue
+        token = _token(req)
+        # committed: handed to the running batch, or finished by its first token (and so streamed)
+        if token is not None and (id(req) in returned_ids or (reason is not None and req.rid in streamed)):
+            committed.append(i)
+            tokens.append(token)
+    freed = sorted(set(allocator.free_slots) - set(before))
+    queue_order = [next(i for i, r in enumerate(requests) if r is e.req) for e in queue.queue]
+    if queue_order != sorted(queue_order):
+        raised = raised or f"the queue after the pass is out of order: {queue_order}"
+    return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
+                         queued=tuple(queue_order), freed=tuple(freed), raised=raised)  # fmt: skip
+
+
+def _modules() -> Any:  # pragma: no cover - conformance venv
+    from sglang.srt.disaggregation import decode, prefill
+    from sglang.srt.disaggregation import utils as dutils
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    return SimpleNamespace(
+        decode=decode,
+        DecodeRequest=decode.DecodeRequest,
+        DecodeTransferQueue=decode.DecodeTransferQueue,
+        PrefillBootstrapQueue=prefill.PrefillBootstrapQueue,
+        MetadataBuffers=getattr(dutils, "MetadataBuffers", None),
+        ReqToMetadataIdxAllocator=dutils.ReqToMetadataIdxAllocator,
+        KVPoll=KVPoll,
+        MooncakeKVManager=MooncakeKVManager,
+        FINISH_ABORT=FINISH_ABORT,
+    )

@@ -1,0 +1,70 @@
+"""Strategies for decode's transfer queue: ``transfer_queues``."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from pdverify.model.transfer_queue import LLAMA3_EOS, MAX_ROOM, POLL_STATES, VOCAB, Transfer, TransferQueueCase
+from pdverify.properties.releases import DOMAIN
+from pdverify.strategies._choices import Choices
+from pdverify.strategies._seeded import distinct_sample
+from pdverify.strategies._validate import check_choices, check_int
+
+ROOM_BOUNDARIES = (0, 1, 2**31 - 2, 2**31 - 1, MAX_ROOM)
+"""The bootstrap rooms at the ends of the routers' ranges: 0 (in every router's range), the gRPC PD router's last
+(``random_range(0..i32::MAX)``: ``2**31 - 2``) and one past it, the last of ``[0, 2**63)``."""
+
+
+def transfer_queues(
+    *,
+    max_transfers: int = 6,
+    max_spare_slots: int = 4,
+    max_new_tokens: int = 16,
+    polls: tuple[str, ...] = POLL_STATES,
+) -> st.SearchStrategy[TransferQueueCase]:
+    """One ``pop_transferred`` pass: 1 to ``max_transfers`` queued transfers over ``transfers + 0..max_spare_slots``
+    metadata rows a side. Each transfer's receiver reports success half the time, else any of ``polls`` (success the
+    simplest; a failure only where the release aborts it: ``transfer_failure_abort``); its bootstrap room is half the
+    time a boundary of the routers' ranges (``ROOM_BOUNDARIES``, 0 among them), else any room of ``[1, 2**63)``, each
+    request its own; its slot on each side drawn apart from the others' (seeded order); its first token one of Llama
+    3.1's eos ids a quarter of the time, else any id below ``VOCAB``; its ``max_new_tokens`` 1 to ``max_new_tokens``
+    (1: finished by its first token). The model's eos ids are Llama 3.1's, or a quarter of the time none (a
+    configuration without ``eos_token_id``)."""
+    check_int("max_transfers", max_transfers, minimum=1)
+    check_int("max_spare_slots", max_spare_slots)
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
+    check_choices("polls", polls, POLL_STATES)
+    return _transfer_queues(max_transfers=max_transfers, max_spare_slots=max_spare_slots,
+                            max_new_tokens=max_new_tokens, polls=polls)  # fmt: skip
+
+
+@st.composite
+def _transfer_queues(
+    draw: st.DrawFn, *, max_transfers: int, max_spare_slots: int, max_new_tokens: int, polls: tuple[str, ...]
+) -> TransferQueueCase:
+    c = Choices(draw)
+    c.lean()
+    n = c.integer(1, max_transfers)
+    slots = n + c.integer(0, max_spare_slots)
+    decode_slots = distinct_sample(c, 0, slots - 1, n)
+    prefill_slots = distinct_sample(c, 0, slots - 1, n)
+    # a failed transfer only where the release aborts it (#6504): before, the pass raised by design
+    # the model's eos ids: Llama 3.1's, or none (a configuration without eos_token_id) one time in four
+    eos = None if c.integer(0, 3) == 3 else LLAMA3_EOS
+    ordered = [p for p in POLL_STATES if p in polls and (p != "failed" or DOMAIN.has("transfer_failure_abort"))]
+    rooms: list[int] = []
+    transfers = []
+    for i in range(n):
+        # half the transfers done (their row landed: the commit path), the rest any state
+        poll = "success" if "success" in ordered and c.boolean() else c.pick(ordered)
+        # the first token: one time in four one of the eos ids (the request ends at once), else any id
+        token = c.pick(LLAMA3_EOS) if c.integer(0, 3) == 3 else c.integer(0, VOCAB - 1)
+        budget = c.integer(1, max_new_tokens, lean=max_new_tokens)
+        unused = [r for r in ROOM_BOUNDARIES if r not in rooms]
+        room = c.pick(unused) if unused and c.boolean() else c.integer(1, MAX_ROOM)
+        while room in rooms:  # a drawn room another request holds (one in 2**63): the next free one
+            room = room % MAX_ROOM + 1
+        rooms.append(room)
+        transfers.append(Transfer(room=room, decode_slot=decode_slots[i], prefill_slot=prefill_slots[i],
+                                  first_token=token, poll=poll, max_new_tokens=budget))  # fmt: skip
+    return TransferQueueCase(transfers=tuple(transfers), slots=slots, eos_token_ids=eos)

@@ -1,0 +1,122 @@
+"""The transfer queue's model, strategy and port: validated inputs, clear errors, and the port against the oracle."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis.errors import InvalidArgument
+
+from pdverify.model.transfer_queue import LLAMA3_EOS, Transfer, TransferQueueCase
+from pdverify.oracle import transfer_queue as oracle
+from pdverify.production.transfer_queue import transfer_queue
+from pdverify.strategies import transfer_queues
+
+T = Transfer(room=0, decode_slot=0, prefill_slot=1, first_token=5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"room": -1}, "room must be >= 0"),
+        ({"room": 2**63}, "room must be <= 2\\*\\*63 - 1"),
+        ({"decode_slot": -1}, "decode_slot"),
+        ({"first_token": 128256}, "first_token must be < 128256"),
+        ({"poll": "done"}, "poll must be one of"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"room": True}, "room must be an integer"),
+    ],
+)
+def test_a_transfer_refuses_bad_fields(fields: dict[str, object], names: str) -> None:
+    base = {"room": 0, "decode_slot": 0, "prefill_slot": 1, "first_token": 5}
+    with pytest.raises(ValueError, match=names):
+        Transfer(**{**base, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("transfers", "slots", "eos", "names"),
+    [
+        ((T, Transfer(room=1, decode_slot=0, prefill_slot=2, first_token=5)), 4, LLAMA3_EOS, "its own decode_slot"),
+        ((T, Transfer(room=1, decode_slot=1, prefill_slot=1, first_token=5)), 4, LLAMA3_EOS, "its own prefill_slot"),
+        ((T, Transfer(room=0, decode_slot=1, prefill_slot=2, first_token=5)), 4, LLAMA3_EOS, "its own bootstrap room"),
+        ((T,), 1, LLAMA3_EOS, "prefill_slot must be < slots=1"),
+        ((T,), 0, LLAMA3_EOS, "slots must be >= 1"),
+        ([T], 4, LLAMA3_EOS, "transfers must be a tuple of Transfer"),
+        ((T,), 4, (), "eos_token_ids must be None or a non-empty tuple"),
+        ((T,), 4, (-1,), "eos_token_ids"),
+    ],
+)
+def test_a_case_refuses_what_no_queue_holds(transfers: object, slots: int, eos: object, names: str) -> None:
+    with pytest.raises(ValueError, match=names):
+        TransferQueueCase(transfers=transfers, slots=slots, eos_token_ids=eos)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"max_transfers": 0}, "max_transfers"),
+        ({"max_spare_slots": -1}, "max_spare_slots"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"polls": ("done",)}, "polls"),
+        ({"polls": ()}, "polls"),
+    ],
+)
+def test_the_strategy_validates_its_arguments(kwargs: dict[str, object], names: str) -> None:
+    with pytest.raises(InvalidArgument, match=names):
+        transfer_queues(**kwargs).example()  # type: ignore[arg-type]
+
+
+def test_a_failed_transfer_is_an_input_feature() -> None:
+    failed = TransferQueueCase(transfers=(Transfer(room=3, decode_slot=0, prefill_slot=0, first_token=1,
+                                                   poll="failed"),))  # fmt: skip
+    assert failed.input_features() == ("transfer_failure_abort",)
+    assert TransferQueueCase(transfers=(T,), slots=2).input_features() == ()
+
+
+seen: set[str] = set()
+
+
+@settings(max_examples=400, database=None)
+@given(transfer_queues())
+def test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token(case: TransferQueueCase) -> None:
+    for t in case.transfers:
+        seen.add(t.poll)
+        if t.room == 0 and t.poll == "success":
+            seen.add("room 0 done")
+        if case.eos_token_ids is not None and t.first_token in case.eos_token_ids:
+            seen.add("eos first")
+        if t.max_new_tokens == 1:
+            seen.add("one token")
+    if case.eos_token_ids is None:
+        seen.add("no eos")
+
+
+def test_the_strategy_reached_all_of_it() -> None:
+    test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token()
+    want = {"success", "transferring", "waiting", "bootstrapping", "failed", "room 0 done", "eos first", "one token",
+            "no eos"}  # fmt: skip
+    assert want <= seen, want - seen
+
+
+@settings(max_examples=200, database=None)
+@given(transfer_queues())
+def test_the_port_does_what_the_oracle_says(case: TransferQueueCase) -> None:
+    trace = transfer_queue(case, "cpu")
+    assert list(trace.committed) == oracle.committed(case)
+    assert list(trace.tokens) == oracle.tokens(case)
+    assert list(trace.aborted) == oracle.aborted(case)
+    assert list(trace.queued) == oracle.queued(case)
+    assert list(trace.freed) == oracle.freed(case)
+    assert not trace.raised
+
+
+def test_the_port_aborts_another_rooms_row() -> None:
+    from pdverify.production.transfer_queue import TransferPass
+
+    class Swapped(TransferPass):  # the row of the other request lands in this one's slot
+        def row(self, i: int) -> tuple[int, int, int]:
+            return self.rows[self.case.transfers[1 - i].decode_slot]
+
+    case = TransferQueueCase(transfers=(Transfer(room=7, decode_slot=0, prefill_slot=0, first_token=1),
+                                        Transfer(room=9, decode_slot=1, prefill_slot=1, first_token=2)))  # fmt: skip
+    trace = Swapped(case).run()
+    assert (trace.committed, trace.aborted, trace.freed) == ((), (0, 1), (0, 1))
