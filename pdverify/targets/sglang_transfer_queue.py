@@ -84,7 +84,7 @@ def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destina
         custom_mem_pool_type=None,
         _transfer_data=lambda session, triples: blocks(session, *map(list, zip(*triples, strict=True))),
     )
-    params = list(inspect.signature(sg.MooncakeKVManager.send_aux).parameters)
+    params = list(inspect.signature(inspect.unwrap(sg.MooncakeKVManager.send_aux)).parameters)
     if params[1] == "req":  # 0.5.1 on: (req: TransferInfo, prefill_aux_index, dst_aux_ptrs)
         info = SimpleNamespace(dst_aux_index=destination, mooncake_session_id="pdverify-session")
         status = sg.MooncakeKVManager.send_aux(manager, info, source, dst_ptrs)
