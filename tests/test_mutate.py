@@ -29,8 +29,8 @@ def test_catalogue_is_large_and_covers_every_function() -> None:
         "kv_to_page_indices", "suffix_page_indices", "kv_to_page_num", "page_align_floor",
         "minimax_index_transfer_pages", "translate_token_ids", "send_kv_chunk", "decode_page_indices",
         "prepare_for_prebuilt",
-        "prefill_exchange", "kv_sender", "bootstrap", "decode_prealloc", "decode_queue", "wire_roundtrip",
-        "kv_checksum",
+        "prefill_exchange", "kv_sender", "bootstrap", "decode_prealloc", "decode_queue", "transfer_queue",
+        "wire_roundtrip", "kv_checksum",
     }  # fmt: skip
     assert all(m.description and m.fault_class for m in cat.values())
 
