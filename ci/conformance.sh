@@ -57,7 +57,7 @@ if [ -z "$PATCH" ]; then
     '*/sglang/srt/disaggregation/common/conn.py' '*/sglang/srt/disaggregation/common/staging_buffer.py' \
     '*/sglang/srt/disaggregation/common/utils.py' '*/sglang/srt/disaggregation/mooncake/conn.py' \
     '*/sglang/srt/disaggregation/decode.py' '*/sglang/srt/disaggregation/decode_hicache_mixin.py' \
-    '*/sglang/kernels/ops/memory/virtual_slot.py'
+    '*/sglang/kernels/ops/memory/virtual_slot.py' '*/sglang/srt/disaggregation/utils.py'
 fi
 # SGLang's failures must be exactly the recorded findings (findings/sglang-<release>.json), each reproduced by its
 # signature (pdverify.findings) - or, with a patch, the fixed one no longer reproduced

@@ -49,18 +49,23 @@ def gate(report: dict[str, Any], recorded: dict[str, Any], fixed: set[str]) -> t
     if unknown:
         return 2, [f"findings gate: --fixed names no recorded finding: {', '.join(unknown)}"]
     verdicts = []
+    # one verdict per finding, however many properties its record names (a finding two properties observe has an
+    # entry for each: F8 on Q7 and X2); the counts are over every property the run reports it on
+    properties: dict[str, list[str]] = {}
     for f in recorded["findings"]:
-        reproduced, matched, rows = _reproduced(report, f["id"])
-        where = f"{f['property']} ({', '.join(rows) or 'not run'})"
-        if f["id"] in fixed:
+        properties.setdefault(f["id"], []).append(f["property"])
+    for fid, props in properties.items():
+        reproduced, matched, rows = _reproduced(report, fid)
+        where = f"{', '.join(props)} ({', '.join(rows) or 'not run'})"
+        if fid in fixed:
             verdict = "fixed by patch" if reproduced == 0 and rows else "STILL REPRODUCES" if reproduced else "NOT RUN"
             bad |= verdict != "fixed by patch"
         else:
             verdict = f"reproduced on {reproduced} examples" if reproduced else "NOT REPRODUCED"
             bad |= not reproduced
-        verdicts.append(f"  {f['id']:4} {verdict:32} {matched:5} in signature   {where}")
+        verdicts.append(f"  {fid:4} {verdict:32} {matched:5} in signature   {where}")
     lines.append(
-        f"findings gate: {len(ids)} recorded, {len(new)} new failures"
+        f"findings gate: {len(properties)} recorded, {len(new)} new failures"
         + (f", checking as fixed: {', '.join(sorted(fixed))}" if fixed else "")
     )
     lines.append(f"  {'id':4} {'verdict':32} {'examples':>5} in signature   property")

@@ -84,3 +84,16 @@ def test_the_search_past_a_recorded_finding_is_not_a_filtering_strategy() -> Non
         assert HealthCheck.function_scoped_fixture in checks
         assert (HealthCheck.filter_too_much in checks) is searching_past
     assert settings.default is not None
+
+
+def test_a_finding_two_properties_observe_is_one_verdict(tmp_path: Path) -> None:
+    rows = [_row("Q7", "known defect", {"F8": (22, 22)}), _row("X2", "known defect", {"F8": (27, 24)})]
+    (tmp_path / "r.json").write_text(json.dumps({"known_findings": "apply", "properties": rows}))
+    entries = [{"id": "F8", "property": p, "summary": "s"} for p in ("X2", "Q7")]
+    (tmp_path / "f.json").write_text(json.dumps({"findings": entries}))
+    for extra, code, says in (((), 0, "reproduced on 46 examples"), (("--fixed", "F8"), 1, "STILL REPRODUCES")):
+        proc = subprocess.run([sys.executable, str(GATE), str(tmp_path / "r.json"), str(tmp_path / "f.json"), *extra],
+                              capture_output=True, text=True)  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == code, out
+        assert "1 recorded" in out and out.count("  F8 ") == 1 and says in out and "X2, Q7 (Q7[cpu], X2[cpu])" in out
