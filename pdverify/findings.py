@@ -20,6 +20,7 @@ module holds what they cannot - the predicates - and a test keeps the two in ste
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -244,6 +245,42 @@ def _t28_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     batch = kwargs["batch"]
     missing = {int(t) for t in found.group(2).split(",") if t.strip()}
     return bool(missing) and missing == _only_model_eos(batch, batch.reqs[int(found.group(1))])
+
+
+def _t29_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A transfer queue whose transport's aux transfer copies only the first metadata buffer on the target's release
+    (Mooncake's to 0.4.8, NIXL's to 0.5.3), with a transferred request: what rides in the other buffers (the first
+    token's logprob, prefill's cached tokens from 0.5.3) never reaches decode."""
+    case = kwargs.get("case")
+    if not isinstance(case, TransferQueueCase):
+        return False
+    first_only = case.transport == "nixl" or getattr(kwargs.get("target"), "release", None) in T29_MOONCAKE
+    return first_only and any(t.poll == "success" for t in case.transfers)
+
+
+_T29_LISTS = (
+    re.compile(r"hold first-token \(logprob, id\) (\[.*\]), prefill computed (\[.*\]) \(None: no logprobs"),
+    re.compile(r"report cached tokens (\[[\d, ]*\]), prefill cached (\[[\d, ]*\])"),
+)
+
+
+def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q7's message when what the committed requests hold past their token is decode's own cleared row - a
+    first-token logprob of ``(0.0, 0)`` where prefill computed another, 0 cached tokens where prefill cached some -
+    and nothing else differs: the aux transfer moved the output-id buffer only."""
+    line = message.split("\n", 1)[0]
+    for pattern, cleared in zip(_T29_LISTS, ((0.0, 0), 0), strict=True):
+        found = pattern.search(line)
+        if found is None:
+            continue
+        try:
+            got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
+        except (ValueError, SyntaxError):
+            return False
+        if len(got) != len(want) or got == want:
+            return False
+        return all(g == w or (w is not None and g == cleared) for g, w in zip(got, want, strict=True))
+    return False
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -1352,6 +1389,14 @@ QUEUE_EARLY = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.
 were already present (T14 from 0.5.12, with SWA-tail pre-allocation) and the staging room was registered after the
 metadata (T15)."""
 
+T29_MOONCAKE = ("0.4.6.post5", "0.4.7", "0.4.7.post1", "0.4.8")
+"""PD logprobs (#6558) with Mooncake's aux transfer of the first metadata buffer only, to 0.4.8 (#7516)."""
+T29_RELEASES = (
+    *T29_MOONCAKE,
+    *("0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3", "0.4.9.post4", "0.4.9.post5", "0.4.9.post6"),
+    *("0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2", "0.5.3"),
+)
+"""With NIXL's aux transfer of the first metadata buffer only, to 0.5.3 (#11375)."""
 F8_RELEASES = (
     *("0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14"),
     *("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
@@ -1469,6 +1514,19 @@ KNOWN: dict[str, KnownDefect] = {
             _t27_shows,
             _t27_explains,
             **_sampling_info_crash(T27_RELEASES),
+        ),
+        KnownDefect(
+            "T29",
+            "Q7",
+            "sglang",
+            T29_RELEASES,
+            "a PD request that asks for logprobs gets a first-token logprob of 0.0 for token id 0 from decode, and "
+            "from 0.5.3 every request reports 0 cached tokens: the KV transport's send_aux copies only the first "
+            "registered metadata buffer (the output ids), so the logprob and cached-token buffers MetadataBuffers "
+            "registers (#6558, #10192) never reach decode, which reads its own cleared rows (Mooncake's fixed in "
+            "0.4.8.post1 by #7516, NIXL's in 0.5.3.post1 by #11375)",
+            _t29_shows,
+            _t29_explains,
         ),
         KnownDefect(
             "T28",

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
-from pdverify.model.transfer_queue import LLAMA3_EOS, MAX_ROOM, POLL_STATES, VOCAB, Transfer, TransferQueueCase
+from pdverify.model.transfer_queue import (
+    LLAMA3_EOS,
+    MAX_ROOM,
+    POLL_STATES,
+    PROMPT,
+    VOCAB,
+    Transfer,
+    TransferQueueCase,
+)
 from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
@@ -28,8 +38,10 @@ def transfer_queues(
     time a boundary of the routers' ranges (``ROOM_BOUNDARIES``, 0 among them), else any room of ``[1, 2**63)``, each
     request its own; its slot on each side drawn apart from the others' (seeded order); its first token one of Llama
     3.1's eos ids a quarter of the time, else any id below ``VOCAB``; its ``max_new_tokens`` 1 to ``max_new_tokens``
-    (1: finished by its first token). The model's eos ids are Llama 3.1's, or a quarter of the time none (a
-    configuration without ``eos_token_id``)."""
+    (1: finished by its first token); half the requests ask for logprobs (the first token's a multiple of 1/16 down to
+    -15.9375), and prefill found 0 to ``PROMPT - 1`` of each prompt in its cache. The model's eos ids are Llama 3.1's,
+    or a quarter of the time none (a configuration without ``eos_token_id``). The rows travel by Mooncake's aux
+    transfer, or half the time by NIXL's where the release has it."""
     check_int("max_transfers", max_transfers, minimum=1)
     check_int("max_spare_slots", max_spare_slots)
     check_int("max_new_tokens", max_new_tokens, minimum=1)
@@ -67,4 +79,13 @@ def _transfer_queues(
         rooms.append(room)
         transfers.append(Transfer(room=room, decode_slot=decode_slots[i], prefill_slot=prefill_slots[i],
                                   first_token=token, poll=poll, max_new_tokens=budget))  # fmt: skip
-    return TransferQueueCase(transfers=tuple(transfers), slots=slots, eos_token_ids=eos)
+    # what prefill's row carries besides the token, drawn after the rest so that no earlier draw moved: the first
+    # token's logprob half the time (a multiple of 1/16, exact in the row's float32), prefill's prefix-cache hit
+    extras = []
+    for t in transfers:
+        logprob = -c.integer(0, 255) / 16 if c.boolean() else None
+        extras.append(replace(t, logprob=logprob, cached_tokens=c.integer(0, PROMPT - 1)))
+    # the transport whose aux transfer moves the rows: Mooncake's, or NIXL's half the time where the release has it
+    nixl = DOMAIN.has("nixl_transport") and c.boolean()
+    return TransferQueueCase(transfers=tuple(extras), slots=slots, eos_token_ids=eos,
+                             transport="nixl" if nixl else "mooncake")  # fmt: skip

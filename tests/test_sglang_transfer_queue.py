@@ -107,3 +107,22 @@ def test_q7_fails_when_a_failed_transfer_is_not_aborted() -> None:
         pytest.raises(AssertionError, match="abort"),
     ):
         _q7(case)
+
+
+def test_nixl_rows_travel_through_sglangs_own_nixl_send_aux() -> None:
+    sg = _sglang()
+    if sg.NixlKVManager is None:
+        pytest.skip("the release has no NIXL transport (before 0.4.5.post3)")
+    sends: list[int] = []
+    send_aux = sg.NixlKVManager.send_aux
+
+    @functools.wraps(send_aux)
+    def spy(self: Any, *args: Any) -> Any:
+        sends.append(args[1])  # prefill_aux_index
+        return send_aux(self, *args)
+
+    case = TransferQueueCase(transfers=CASE.transfers, slots=CASE.slots, transport="nixl")
+    with mock.patch.object(sg.NixlKVManager, "send_aux", spy):
+        trace = _target().require("transfer_queue")(case, "cpu")
+    assert sorted(sends) == [3, 5], sends
+    assert (trace.committed, trace.tokens, trace.queued, trace.freed) == ((0, 2), (791, 9906), (1,), (2, 4)), trace

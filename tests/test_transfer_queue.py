@@ -110,10 +110,10 @@ def test_the_port_does_what_the_oracle_says(case: TransferQueueCase) -> None:
 
 
 def test_the_port_aborts_another_rooms_row() -> None:
-    from pdverify.production.transfer_queue import TransferPass
+    from pdverify.production.transfer_queue import Row, TransferPass
 
     class Swapped(TransferPass):  # the row of the other request lands in this one's slot
-        def row(self, i: int) -> tuple[int, int, int]:
+        def row(self, i: int) -> Row:
             return self.rows[self.case.transfers[1 - i].decode_slot]
 
     case = TransferQueueCase(transfers=(Transfer(room=7, decode_slot=0, prefill_slot=0, first_token=1),

@@ -12,6 +12,8 @@ once when it asked for one token), which it aborted, which it left queued, and w
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 
 from pdverify.validation import require_int
@@ -20,6 +22,9 @@ POLL_STATES = ("success", "transferring", "waiting", "bootstrapping", "failed")
 """What a queued transfer's KV receiver reports (``KVPoll``): ``"success"`` - every chunk and prefill's metadata row
 landed; ``"transferring"``, ``"waiting"`` (``WaitingForInput``), ``"bootstrapping"`` - still in flight;
 ``"failed"`` - prefill or the transfer engine reported a failure."""
+TRANSPORTS = ("mooncake", "nixl")
+"""The KV transports whose aux transfer moves prefill's metadata row (``--disaggregation-transfer-backend``):
+Mooncake's (every release with a transport) and NIXL's (0.4.5.post3 on)."""
 IN_FLIGHT = ("transferring", "waiting", "bootstrapping")
 """The poll states of a transfer still in flight: the pass leaves it queued."""
 MAX_ROOM = 2**63 - 1
@@ -28,6 +33,8 @@ is any int, and the metadata row holds it as int64); the gRPC router from ``[0, 
 VOCAB = 128256
 """The model's vocabulary (Llama 3's): prefill samples first tokens below it, and decode's requests carry it as
 ``vocab_size``."""
+PROMPT = 24
+"""Prompt tokens of every queued request (the queue reads none of them; prefill's cache hit is a count of them)."""
 LLAMA3_EOS = (128001, 128008, 128009)
 """Llama-3.1-Instruct's eos ids (its configuration's ``eos_token_id``): what the scheduler gives each request as
 ``eos_token_ids``."""
@@ -49,6 +56,11 @@ class Transfer:
     """What its KV receiver reports (``POLL_STATES``)."""
     max_new_tokens: int = 8
     """The request's ``max_new_tokens``: with 1, the first token finishes it at once."""
+    logprob: float | None = None
+    """The logprob of the first token prefill computed, when the request asks for logprobs (``return_logprob``; no
+    top logprobs); None: it asks for none. The metadata row holds it as float32, so it must be one exactly."""
+    cached_tokens: int = 0
+    """Prompt tokens prefill found in its prefix cache (``req.cached_tokens``): the usage decode reports."""
 
     def __post_init__(self) -> None:
         require_int("room", self.room, minimum=0)
@@ -62,6 +74,16 @@ class Transfer:
         if self.poll not in POLL_STATES:
             raise ValueError(f"poll must be one of {', '.join(POLL_STATES)}, got {self.poll!r}")
         require_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.logprob is not None:
+            lp = self.logprob
+            if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp > 0:
+                raise ValueError(f"logprob must be None or a finite float <= 0, got {lp!r}")
+            if struct.unpack("f", struct.pack("f", lp))[0] != lp:
+                raise ValueError(f"logprob must be exact in float32 (the metadata row's dtype), got {lp!r}")
+        require_int("cached_tokens", self.cached_tokens, minimum=0)
+        if self.cached_tokens >= PROMPT:
+            raise ValueError(f"cached_tokens must be < {PROMPT} (prefill computes one prompt token at least), got "
+                             f"{self.cached_tokens}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,9 +96,13 @@ class TransferQueueCase:
     eos_token_ids: tuple[int, ...] | None = LLAMA3_EOS
     """The model's eos ids, each request's ``eos_token_ids`` (``model_config.hf_eos_token_id``); None: a model whose
     configuration names none. A first token among them ends the request like its last token."""
+    transport: str = "mooncake"
+    """The KV transport (``TRANSPORTS``): whose ``send_aux`` moves each row to decode."""
 
     def __post_init__(self) -> None:
         require_int("slots", self.slots, minimum=1)
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         if self.eos_token_ids is not None:
             if not isinstance(self.eos_token_ids, tuple) or not self.eos_token_ids:
                 raise ValueError(f"eos_token_ids must be None or a non-empty tuple of ids, got {self.eos_token_ids!r}")
@@ -96,9 +122,12 @@ class TransferQueueCase:
 
     def input_features(self) -> tuple[str, ...]:
         """The input features of ``pdverify.properties.releases.FEATURES`` the case uses: a failed transfer is
-        ``transfer_failure_abort``'s (before #6504 the pass raised by design); the rest every release with PD decode
-        can queue."""
-        return ("transfer_failure_abort",) if any(t.poll == "failed" for t in self.transfers) else ()
+        ``transfer_failure_abort``'s (before #6504 the pass raised by design), the NIXL transport ``nixl_transport``'s;
+        the rest every release with a KV transport can queue."""
+        used = ["transfer_failure_abort"] if any(t.poll == "failed" for t in self.transfers) else []
+        if self.transport == "nixl":
+            used.append("nixl_transport")
+        return tuple(used)
 
 
 @dataclass(frozen=True)
@@ -116,3 +145,9 @@ class TransferTrace:
     """The decode metadata slots the pass returned to the allocator, sorted."""
     raised: str = ""
     """What the pass raised (empty: nothing)."""
+    logprobs: tuple[tuple[float, int] | None, ...] | None = None
+    """Per committed request, in ``committed``'s order: the first token's ``(logprob, token id)`` decode committed
+    (None: it asked for no logprobs). None: the target does not report them."""
+    cached: tuple[int, ...] | None = None
+    """Per committed request: the cached prompt tokens decode holds for it (``req.cached_tokens``). None: the target
+    does not report them."""

@@ -67,3 +67,15 @@ def queue_reversed(case: TransferQueueCase, device: str) -> TransferTrace:
 def room_as_token(case: TransferQueueCase, device: str) -> TransferTrace:
     trace = TransferPass(case).run()
     return replace(trace, tokens=tuple(case.transfers[i].room for i in trace.committed))
+
+
+@mutant("XU08", "transfer_queue", "missing field", "the first token's logprob is not committed (an empty logprob list)")
+def logprob_dropped(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    return replace(trace, logprobs=tuple(None for _ in trace.committed))
+
+
+@mutant("XU09", "transfer_queue", "missing field", "decode reports no cached tokens (its own count, 0)")
+def cached_tokens_dropped(case: TransferQueueCase, device: str) -> TransferTrace:
+    trace = TransferPass(case).run()
+    return replace(trace, cached=tuple(0 for _ in trace.committed))

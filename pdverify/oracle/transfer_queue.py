@@ -28,3 +28,17 @@ def queued(case: TransferQueueCase) -> list[int]:
 def freed(case: TransferQueueCase) -> list[int]:
     """The decode slots of the transfers that left the queue (committed or aborted), sorted."""
     return sorted(t.decode_slot for t in case.transfers if t.poll in ("success", "failed"))
+
+
+def logprobs(case: TransferQueueCase, committed: list[int]) -> list[tuple[float, int] | None]:
+    """The first token's logprob and id each of ``committed`` holds, where it asked for logprobs: prefill's."""
+    out: list[tuple[float, int] | None] = []
+    for i in committed:
+        t = case.transfers[i]
+        out.append(None if t.logprob is None else (t.logprob, t.first_token))
+    return out
+
+
+def cached(case: TransferQueueCase, committed: list[int]) -> list[int]:
+    """The cached prompt tokens each of ``committed`` reports: prefill's count."""
+    return [case.transfers[i].cached_tokens for i in committed]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
 
-Row = tuple[int, int, int]
-"""A metadata row: ``(first token, room, written)``."""
-EMPTY: Row = (0, 0, 0)
+Row = tuple[int, int, int, float, int, int]
+"""A metadata row: ``(first token, room, written, first token's logprob, its id, cached tokens)``."""
+EMPTY: Row = (0, 0, 0, 0.0, 0, 0)
 
 
 def row_landed(row: Row) -> bool:
@@ -30,7 +30,8 @@ def handoff_rows(case: TransferQueueCase) -> list[Row]:
     decode = [EMPTY] * case.slots
     for t in case.transfers:
         if t.poll == "success":
-            prefill[t.prefill_slot] = (t.first_token, t.room, 1)
+            logprob = 0.0 if t.logprob is None else t.logprob
+            prefill[t.prefill_slot] = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens)
             decode[t.decode_slot] = prefill[t.prefill_slot]
     return decode
 
@@ -53,6 +54,8 @@ class TransferPass:
     def run(self) -> TransferTrace:
         committed: list[int] = []
         tokens: list[int] = []
+        logprobs: list[tuple[float, int] | None] = []
+        cached: list[int] = []
         aborted: list[int] = []
         queued: list[int] = []
         freed: list[int] = []
@@ -71,12 +74,16 @@ class TransferPass:
                 continue
             committed.append(i)
             tokens.append(row[0])
+            logprobs.append(None if t.logprob is None else (row[3], row[4]))
+            cached.append(row[5])
         return TransferTrace(
             committed=tuple(committed),
             tokens=tuple(tokens),
             aborted=tuple(aborted),
             queued=tuple(queued),
             freed=tuple(sorted(freed)),
+            logprobs=tuple(logprobs),
+            cached=tuple(cached),
         )
 
 

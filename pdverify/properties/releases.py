@@ -231,6 +231,13 @@ FROM_TRANSFER_FAILURE_ABORT = Contract(
     "(#6504), first in sglang 0.4.6.post5",
     "0.4.6.post5",
 )
+FROM_NIXL_TRANSPORT = Contract(
+    "the NIXL KV transport (--disaggregation-transfer-backend nixl, #5477), first in sglang 0.4.5.post3", "0.4.5.post3"
+)
+FROM_PD_CACHED_TOKENS = Contract(
+    "PD decode reports prefill's cached tokens (the metadata row's cached_tokens, #10192), first in sglang 0.5.3",
+    "0.5.3",
+)
 FROM_PREALLOC_RECEIVER_ABORT = Contract(
     "the scheduler's AbortReq handler aborts a pre-allocation-queued request's KV receiver (#8352), first in "
     "sglang 0.4.9.post5",
@@ -343,6 +350,7 @@ FEATURES: dict[str, Contract] = {
     "pp_consensus": FROM_PP_CONSENSUS,
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "transfer_failure_abort": FROM_TRANSFER_FAILURE_ABORT,
+    "nixl_transport": FROM_NIXL_TRANSPORT,
     "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
     "deterministic_inference": FROM_DETERMINISTIC_INFERENCE,

@@ -6,7 +6,9 @@ success has its KV and prefill's metadata row in place: decode must commit it - 
 prefill sampled and leaves the queue (for the running batch, or finished when that token was its last) - in
 whatever bootstrap room the router put it, 0 included. A failed transfer is aborted (drawn from 0.4.6.post5: before
 #6504 the pass raised by design, ``FROM_TRANSFER_FAILURE_ABORT``). Transfers still in flight stay queued, in
-order, unaborted; each request that left the queue frees its decode slot, and no other slot is freed.
+order, unaborted; each request that left the queue frees its decode slot, and no other slot is freed. What the row
+carries besides the token reaches the committed request: the first token's logprob where the request asked for
+logprobs (0.4.6.post5 on, #6558) and prefill's cached prompt tokens (0.5.3 on).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hypothesis import example
 from pdverify.model.transfer_queue import Transfer, TransferQueueCase, TransferTrace
 from pdverify.oracle import transfer_queue as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
+from pdverify.properties.releases import FROM_PD_CACHED_TOKENS, FROM_PD_LOGPROB
 from pdverify.strategies.transfer_queue import transfer_queues
 from pdverify.targets import Target
 
@@ -39,12 +42,16 @@ def _names(indices: tuple[int, ...] | list[int]) -> str:
     "Q7",
     "decode's transfer queue commits every transfer whose receiver reports success - the request holds prefill's "
     "first token and leaves the queue - whatever its bootstrap room, 0 included; aborts every failed one; keeps the "
-    "transfers in flight queued in order, unaborted; and frees the decode metadata slot of each request that left the "
-    "queue, no other",
+    "transfers in flight queued in order, unaborted; frees the decode metadata slot of each request that left the "
+    "queue, no other; and a committed request holds prefill's first-token logprob (when asked) and cached count",
     clauses=(
         Clause("commit", title="every successful transfer committed with prefill's first token, in any room"),
         Clause("in_flight", title="transfers in flight stay queued in order; slots freed exactly for those that left"),
         Clause("failed_aborted", title="every failed transfer aborted, none other"),
+        Clause(
+            "logprob", FROM_PD_LOGPROB, "a committed request asking for logprobs holds prefill's first-token logprob"
+        ),
+        Clause("cached_tokens", FROM_PD_CACHED_TOKENS, "a committed request reports prefill's cached prompt tokens"),
     ),
     needs=NEEDS,
     case=transfer_queues(),
@@ -65,6 +72,20 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
         )
         assert list(trace.tokens) == oracle.tokens(case), (
             f"the committed requests hold first tokens {list(trace.tokens)}, prefill sampled {oracle.tokens(case)}"
+        )
+    # what each committed request holds besides its token, whichever requests the pass committed
+    done = list(trace.committed)
+    if applies("logprob"):
+        assert trace.logprobs is not None, "the target does not report the committed logprobs (TransferTrace.logprobs)"
+        assert list(trace.logprobs) == oracle.logprobs(case, done), (
+            f"the committed requests {_names(done)} hold first-token (logprob, id) {list(trace.logprobs)}, prefill "
+            f"computed {oracle.logprobs(case, done)} (None: no logprobs asked)"
+        )
+    if applies("cached_tokens"):
+        assert trace.cached is not None, "the target does not report the committed cached tokens (TransferTrace.cached)"
+        assert list(trace.cached) == oracle.cached(case, done), (
+            f"the committed requests {_names(done)} report cached tokens {list(trace.cached)}, prefill cached "
+            f"{oracle.cached(case, done)}"
         )
     if applies("failed_aborted"):
         assert list(trace.aborted) == oracle.aborted(case), (

@@ -5,11 +5,13 @@ placeholder receiver lands no metadata row).
 SGLang's own code on the path:
 
 * prefill: each transferred request's metadata row written by the release's own writer into its own buffers -
-  ``MetadataBuffers.set_buf`` on a real ``Req`` holding its first token (0.4.6.post5 on), or the bootstrap queue's
+  ``MetadataBuffers.set_buf`` on a real ``Req`` holding its first token, that token's logprob (where the request
+  asks for logprobs) and its cached prompt tokens (0.4.6.post5 on), or the bootstrap queue's
   ``store_prefill_results`` into the output-id buffer (before, when the metadata buffers were a list of tensors) -
-  and sent into decode's slot by ``MooncakeKVManager.send_aux`` in the release's form (one buffer and
-  ``transfer_sync``; every buffer and ``batch_transfer_sync``; ``_transfer_data`` from 0.5.1), over a manager that
-  holds prefill's registered buffers;
+  and sent into decode's slot by the case's transport in the release's form: ``MooncakeKVManager.send_aux`` (one
+  buffer and ``transfer_sync``; every buffer and ``batch_transfer_sync``; ``_transfer_data`` from 0.5.1) or
+  ``NixlKVManager.send_aux`` (0.4.5.post3 on: its descriptors, an agent's WRITE), over a manager that holds
+  prefill's registered buffers;
 * decode: the release's ``DecodeTransferQueue`` with its own ``MetadataBuffers`` (or buffer list), real ``Req`` and
   ``DecodeRequest`` entries, the real ``ReqToMetadataIdxAllocator`` holding the queued requests' slots, and
   ``pop_transferred`` - ``poll_and_all_reduce`` over a one-rank gloo group, the metadata gate
@@ -17,8 +19,8 @@ SGLang's own code on the path:
   one-token finish (``check_finished``).
 
 Stubbed: each request's KV receiver (its ``poll`` reports the drawn state; a failed one's ``failure_exception``
-raises the peer's error), the transfer engine (a byte copy of each block, what Mooncake writes), the decode
-scheduler's output streamer and metrics (recorded, off) and the KV release of a request that leaves the queue
+raises the peer's error), the transfer engine and the NIXL agent (a byte copy of each block, what they write), the
+decode scheduler's output streamer and metrics (recorded, off) and the KV release of a request that leaves the queue
 (``release_kv_cache`` / the tree cache: the pre-allocated pages are not this unit's; nothing is cached here).
 """
 
@@ -64,11 +66,17 @@ def _buffer_infos(rows: Any) -> tuple[list[int], list[int]]:  # pragma: no cover
     return list(ptrs), list(item_lens)
 
 
-def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destination: int) -> None:  # pragma: no cover
-    """Prefill's aux transfer of a request's row: the release's own ``MooncakeKVManager.send_aux`` on a manager
-    holding prefill's registered buffers; the engine copies each block byte for byte."""
+def _send_aux(
+    sg: Any, transport: str, prefill_rows: Any, decode_rows: Any, source: int, destination: int
+) -> None:  # pragma: no cover
+    """Prefill's aux transfer of a request's row by ``transport``: the release's own ``MooncakeKVManager.send_aux``
+    or ``NixlKVManager.send_aux`` on a manager holding prefill's registered buffers; the engine (the NIXL agent)
+    copies each block byte for byte."""
     ptrs, item_lens = _buffer_infos(prefill_rows)
     dst_ptrs, _ = _buffer_infos(decode_rows)
+    if transport == "nixl":
+        _nixl_send_aux(sg, ptrs, item_lens, dst_ptrs, source, destination)
+        return
 
     def blocks(session: Any, src: list[int], dst: list[int], lengths: list[int]) -> int:
         for s, d, n in zip(src, dst, lengths, strict=True):
@@ -94,13 +102,36 @@ def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destina
         raise AssertionError(f"the aux transfer failed (status {status})")
 
 
+def _nixl_send_aux(  # pragma: no cover - conformance venv
+    sg: Any, ptrs: list[int], item_lens: list[int], dst_ptrs: list[int], source: int, destination: int
+) -> None:
+    """NIXL's aux transfer: the release's own ``NixlKVManager.send_aux`` (its descriptors: ``(address, length,
+    device)`` per block) over an agent whose WRITE copies each source block to its destination block."""
+
+    def transfer(handle: Any) -> str:
+        src, dst = handle
+        for (s, n, _), (d, m, _) in zip(src, dst, strict=True):
+            if n != m:
+                raise AssertionError(f"a NIXL WRITE of {n} bytes into a block of {m}")
+            ctypes.memmove(d, s, n)
+        return "DONE"
+
+    agent = SimpleNamespace(get_xfer_descs=lambda addrs, *a, **kw: list(addrs),
+                            initialize_xfer=lambda op, src, dst, *a, **kw: (src, dst), transfer=transfer)  # fmt: skip
+    manager = SimpleNamespace(kv_args=SimpleNamespace(aux_data_ptrs=ptrs, aux_item_lens=item_lens), agent=agent)
+    if hasattr(sg.NixlKVManager, "_post_xfer"):  # 0.5.23 posts through its own error-raising helper
+        manager._post_xfer = lambda handle, message: sg.NixlKVManager._post_xfer(manager, handle, message)
+    params = inspect.signature(inspect.unwrap(sg.NixlKVManager.send_aux)).parameters
+    extra = ["pdverify-notif"] if "notif" in params else []  # 0.5.23 sends no notification with the aux
+    sg.NixlKVManager.send_aux(manager, "pdverify-peer", source, dst_ptrs, destination, *extra)
+
+
 def _write_row(sg: Any, rows: Any, req: Any, slot: int, token: int) -> None:  # pragma: no cover - conformance venv
     """Prefill's write of the request's metadata row: ``set_buf`` on the request holding its first token, or the
     bootstrap queue's ``store_prefill_results`` where the buffers are a list (before 0.4.6.post5)."""
     if isinstance(rows, list):
         sg.PrefillBootstrapQueue.store_prefill_results(SimpleNamespace(metadata_buffers=rows), slot, token)
         return
-    req.output_ids = [token]
     req.metadata_buffer_index = slot
     rows.set_buf(req)
 
@@ -119,6 +150,24 @@ def _model_eos_ids(case: TransferQueueCase) -> Any:  # pragma: no cover - confor
     return read(SimpleNamespace(hf_config=SimpleNamespace(eos_token_id=named), hf_generation_config=None))
 
 
+def _logprob_lists(req: Any) -> Any:  # pragma: no cover - conformance venv
+    """Where the release's ``Req`` keeps its logprob lists: ``req.logprob`` (a ``ReqLogprob``, 0.5.22 on), or the
+    request itself."""
+    held = getattr(req, "logprob", None)
+    return held if held is not None and hasattr(held, "output_token_logprobs_val") else req
+
+
+def _prefill_outputs(req: Any, token: int, logprob: float | None, cached: int) -> None:  # pragma: no cover
+    """What prefill's request holds when ``set_buf`` writes its row: the first token, its logprob (prefill's
+    ``add_logprob_return_values``: the value and the token id, no top logprobs) and the prefix-cache hit."""
+    req.output_ids = [token]
+    req.cached_tokens = cached
+    if logprob is not None:
+        lists = _logprob_lists(req)
+        lists.output_token_logprobs_val, lists.output_token_logprobs_idx = [logprob], [token]
+        lists.output_top_logprobs_val, lists.output_top_logprobs_idx = [[]], [[]]
+
+
 def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
     def failure_exception() -> None:
         raise RuntimeError("the prefill peer reported the KV transfer failed")
@@ -133,6 +182,16 @@ def _released(sg: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
     it): not this unit's pages, recorded as nothing."""
     with mock.patch.object(sg.decode, "release_kv_cache", lambda *a, **kw: None, create=True):
         yield
+
+
+def _committed_logprob(req: Any, asked: float | None) -> tuple[float, int] | None:  # pragma: no cover
+    """The first token's ``(logprob, token id)`` decode committed for a request that asked for logprobs (the last of
+    its lists; ``(nan, -1)`` when the lists are empty), None for one that did not."""
+    if asked is None:
+        return None
+    lists = _logprob_lists(req)
+    vals, idxs = lists.output_token_logprobs_val or [], lists.output_token_logprobs_idx or []
+    return (float(vals[-1]), int(idxs[-1])) if vals and idxs else (float("nan"), -1)
 
 
 def _token(req: Any) -> int | None:  # pragma: no cover - conformance venv
@@ -162,10 +221,13 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             "eos_token_ids": eos,
             "vocab_size": VOCAB,
         }
+        if t.logprob is not None:  # the request asks for logprobs (no top logprobs)
+            fields.update(return_logprob=True, top_logprobs_num=0)
         if t.poll == "success":  # the receiver reports success once every chunk and prefill's row have landed
             preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
+            _prefill_outputs(preq, t.first_token, t.logprob, t.cached_tokens)
             _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
-            _send_aux(sg, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
+            _send_aux(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
         req.sampling_params.normalize(None)  # as the tokenizer manager hands it over (stop strings made lists)
         requests.append(req)
@@ -221,6 +283,8 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     # 0.4.6-0.4.6.post4 return the DecodeRequest entries (their caller takes each entry's req), the rest the Req
     returned_ids = {id(r.req if isinstance(r, sg.DecodeRequest) else r) for r in returned}
     committed, tokens, aborted = [], [], []
+    logprobs: list[tuple[float, int] | None] = []
+    cached: list[int] = []
     for i, req in enumerate(requests):
         if id(req) in left:
             continue
@@ -233,12 +297,15 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         if token is not None and (id(req) in returned_ids or (reason is not None and req.rid in streamed)):
             committed.append(i)
             tokens.append(token)
+            logprobs.append(_committed_logprob(req, case.transfers[i].logprob))
+            cached.append(int(getattr(req, "cached_tokens", 0) or 0))
     freed = sorted(set(allocator.free_slots) - set(before))
     queue_order = [next(i for i, r in enumerate(requests) if r is e.req) for e in queue.queue]
     if queue_order != sorted(queue_order):
         raised = raised or f"the queue after the pass is out of order: {queue_order}"
     return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
-                         queued=tuple(queue_order), freed=tuple(freed), raised=raised)  # fmt: skip
+                         queued=tuple(queue_order), freed=tuple(freed), raised=raised, logprobs=tuple(logprobs),
+                         cached=tuple(cached))  # fmt: skip
 
 
 def _modules() -> Any:  # pragma: no cover - conformance venv
@@ -248,6 +315,13 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
+    nixl: Any = None  # before 0.4.5.post3 (#5477) no NIXL transport: never drawn there
+    try:
+        from sglang.srt.disaggregation.nixl.conn import NixlKVManager
+
+        nixl = NixlKVManager
+    except ImportError:
+        pass
     return SimpleNamespace(
         decode=decode,
         DecodeRequest=decode.DecodeRequest,
@@ -257,5 +331,6 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         ReqToMetadataIdxAllocator=dutils.ReqToMetadataIdxAllocator,
         KVPoll=KVPoll,
         MooncakeKVManager=MooncakeKVManager,
+        NixlKVManager=nixl,
         FINISH_ABORT=FINISH_ABORT,
     )
