@@ -19,10 +19,7 @@ from pdverify.properties.releases import DOMAIN
 from pdverify.strategies._choices import Choices
 from pdverify.strategies._seeded import distinct_sample
 from pdverify.strategies._validate import check_choices, check_int
-
-ROOM_BOUNDARIES = (0, 1, 2**31 - 2, 2**31 - 1, MAX_ROOM)
-"""The bootstrap rooms at the ends of the routers' ranges: 0 (in every router's range), the gRPC PD router's last
-(``random_range(0..i32::MAX)``: ``2**31 - 2``) and one past it, the last of ``[0, 2**63)``."""
+from pdverify.strategies.checksum import ROOM_BOUNDARIES  # the routers' range ends, X2's too
 
 
 def transfer_queues(

@@ -16,6 +16,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+from pdverify.model.checksum import MAX_BOOTSTRAP_ROOM
 from pdverify.validation import require_int
 
 POLL_STATES = ("success", "transferring", "waiting", "bootstrapping", "failed")
@@ -27,9 +28,8 @@ TRANSPORTS = ("mooncake", "nixl")
 Mooncake's (every release with a transport) and NIXL's (0.4.5.post3 on)."""
 IN_FLIGHT = ("transferring", "waiting", "bootstrapping")
 """The poll states of a transfer still in flight: the pass leaves it queued."""
-MAX_ROOM = 2**63 - 1
-"""The largest bootstrap room: the HTTP PD router draws rooms from ``[0, 2**63)`` (``GenerateReqInput.bootstrap_room``
-is any int, and the metadata row holds it as int64); the gRPC router from ``[0, 2**31 - 1)``."""
+MAX_ROOM = MAX_BOOTSTRAP_ROOM
+"""The largest bootstrap room (the metadata row holds it as int64)."""
 VOCAB = 128256
 """The model's vocabulary (Llama 3's): prefill samples first tokens below it, and decode's requests carry it as
 ``vocab_size``."""
