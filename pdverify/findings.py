@@ -254,7 +254,8 @@ def _t29_shows(kwargs: Mapping[str, Any]) -> bool:
     case = kwargs.get("case")
     if not isinstance(case, TransferQueueCase):
         return False
-    first_only = case.transport == "nixl" or getattr(kwargs.get("target"), "release", None) in T29_MOONCAKE
+    release = getattr(kwargs.get("target"), "release", None)  # None: no release named, Mooncake's can show too
+    first_only = case.transport == "nixl" or release is None or release in T29_MOONCAKE
     return first_only and any(t.poll == "success" for t in case.transfers)
 
 
