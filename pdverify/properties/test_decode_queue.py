@@ -64,6 +64,15 @@ EXAMPLES = [
     _queue(R(5, max_new_tokens=3), R(4, max_new_tokens=1), token_budget=16, reserved_decode_tokens=8),
     # LoRA with room for two adapters, "a" running: "b" joins, "c" waits, "a" behind it goes
     _queue(R(5, lora="b"), R(6, lora="c"), R(7, lora="a"), max_loras=2, running=((10, "a"),)),
+    # the same with the radix cache, "c" holding a cached page: it waits, so its lock is released (Q5's view of T11)
+    _queue(
+        R(5, lora="b"),
+        R(6, lora="c", prefix_pages=(90,)),
+        R(7, lora="a"),
+        max_loras=2,
+        running=((10, "a"),),
+        radix=True,
+    ),
     # the radix cache: two requests share a 2-page prefix; the first needs 9 - 8 + 8 = 9 tokens, 4 fresh; the
     # second 16 - 8 + 8 = 16 > 19 - 4 left: it is turned away and releases its lock
     _queue(R(9, prefix_pages=(90, 91)), R(16, prefix_pages=(90, 91)), radix=True, token_budget=19),
