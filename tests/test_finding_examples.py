@@ -200,3 +200,16 @@ def test_an_untriaged_finding_is_refused_alike() -> None:
     with pytest.raises(KeyError, match="finding F9 has no triage row"):
         fixed_release("F9", triage)
     assert due(f3, "0.5.23", fixed_releases(triage)) == "reproduced" and fixed_release("F3", triage) is None
+
+
+def test_a_recorded_release_outside_the_examples_signature_expects_it_fixed() -> None:
+    from types import SimpleNamespace
+
+    mooncake = next(e for e in EXAMPLES if e.finding == "T29" and "transport='nixl'" not in e.args["case"])
+    nixl = next(e for e in EXAMPLES if e.finding == "T29" and "transport='nixl'" in e.args["case"])
+    # 0.4.9: NIXL's aux transfer still copies the first buffer only, Mooncake's was fixed in 0.4.8.post1 (#7516)
+    target = SimpleNamespace(package="sglang", release="0.4.9")
+    assert due(mooncake, "0.4.9", FIXED, target) == "fixed" and due(nixl, "0.4.9", FIXED, target) == "reproduced"
+    on_047 = SimpleNamespace(package="sglang", release="0.4.7")
+    assert due(mooncake, "0.4.7", FIXED, on_047) == "reproduced"
+    assert due(mooncake, "0.4.9", FIXED) == "reproduced"  # no target named: the record alone decides
