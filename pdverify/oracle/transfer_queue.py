@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdverify.model.transfer_queue import TransferQueueCase
+from pdverify.model.transfer_queue import IN_FLIGHT, TransferQueueCase
 
 
 def committed(case: TransferQueueCase) -> list[int]:
@@ -22,7 +22,7 @@ def aborted(case: TransferQueueCase) -> list[int]:
 
 def queued(case: TransferQueueCase) -> list[int]:
     """The transfers still in flight, in queue order."""
-    return [i for i, t in enumerate(case.transfers) if t.poll not in ("success", "failed")]
+    return [i for i, t in enumerate(case.transfers) if t.poll in IN_FLIGHT]
 
 
 def freed(case: TransferQueueCase) -> list[int]:

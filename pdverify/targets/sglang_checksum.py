@@ -53,6 +53,7 @@ from pdverify.model.checksum import (
     ChecksumTrace,
 )
 from pdverify.targets.sglang_prefill import _extend_range, on_device
+from pdverify.targets.sglang_transfer_queue import aux_transfer, decode_transfer_queue, released
 
 SIGNATURE = 0x5EED
 """The KV-layout signature both sides share where the release has no ``kv_layout_signature`` (one model, one
@@ -453,7 +454,7 @@ def sglang_kv_checksum(case: ChecksumCase, device: str) -> ChecksumTrace:  # pra
             if len(items) != len(landing[kind]):
                 raise AssertionError(f"prefill sent {len(items)} {kind} items for {len(landing[kind])} destinations")
             _copy(pre, dec, kind, list(items), landing[kind])
-        _send_aux(sg, prefill_rows, decode_rows, case.prefill_aux_index, case.decode_aux_index)
+        aux_transfer(sg, "mooncake", prefill_rows, decode_rows, case.prefill_aux_index, case.decode_aux_index)
 
         token = dreq.pd_rebootstrap_forced_output_id if case.rebootstrap else HANDOFF_TOKEN
         committed = _pop_transferred(sg, dsched, decode_rows, decode_req, token)
@@ -596,53 +597,16 @@ def _metadata_buffers(sg: Any) -> Any:  # pragma: no cover - conformance venv
                               max_sampling_mask_tokens=16, kv_checksum_enabled=True)  # fmt: skip
 
 
-def _send_aux(sg: Any, prefill_rows: Any, decode_rows: Any, source: int, destination: int) -> None:  # pragma: no cover
-    """The aux transfer: SGLang's own ``MooncakeKVManager.send_aux`` (each registered metadata buffer's row, at
-    ``ptr + slot * item_len`` on both sides) on a manager holding prefill's registered buffers, the transfer engine a
-    byte copy of each block (what Mooncake's ``batch_transfer_sync`` writes)."""
-    ptrs, _, item_lens = prefill_rows.get_buf_infos()
-    dst_ptrs, _, _ = decode_rows.get_buf_infos()
-
-    def transfer(session: Any, blocks: list[tuple[int, int, int]]) -> int:
-        for src, dst, length in blocks:
-            ctypes.memmove(dst, src, length)
-        return 0
-
-    registered = SimpleNamespace(aux_data_ptrs=ptrs, aux_item_lens=item_lens)
-    manager = SimpleNamespace(
-        kv_args=registered, enable_custom_mem_pool=False, custom_mem_pool_type=None, _transfer_data=transfer
-    )
-    info = SimpleNamespace(dst_aux_index=destination, mooncake_session_id="pdverify-session")
-    if sg.MooncakeKVManager.send_aux(manager, info, source, dst_ptrs) != 0:
-        raise AssertionError("the aux transfer failed")
-
-
 def _pop_transferred(sg: Any, dsched: Any, rows: Any, decode_req: Any, token: int) -> str | None:  # pragma: no cover
     """Decode's transfer queue, SGLang's own ``pop_transferred``, polled up to ``POLLS`` times with the request's
     receiver reporting the transfer done: None once it commits the request with ``token`` (prefill's first token, or
     a rebootstrap's replayed boundary token), else why not."""
-    from pdverify.targets.sglang_group import one_rank_gloo
-
-    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
-    queue.scheduler = dsched
-    queue.spec_algorithm = dsched.spec_algorithm
-    queue._skipped_checksum_signatures = set()
-    queue.metadata_buffers = rows  # decode's own: the digest, first token and room as prefill's row landed
-    queue.queue = [decode_req]
-    queue.gloo_group = one_rank_gloo()
-    queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
-    queue.tp_rank = 0
-    allocator = sg.ReqToMetadataIdxAllocator(METADATA_BUFFER_SLOTS)
-    # the request holds its slot (state injection: the allocator hands it out in order)
-    allocator.free_slots = type(allocator.free_slots)(
-        i for i in range(METADATA_BUFFER_SLOTS) if i != decode_req.metadata_buffer_index
-    )
-    queue.req_to_metadata_buffer_idx_allocator = allocator
-    # an aborted request's release (the corruption check): its lock and KV go back to the tree, recorded as nothing
-    queue.tree_cache = SimpleNamespace(unlock=lambda *a, **kw: None, finish=lambda *a, **kw: None)
-    release = mock.patch.object(sg.decode, "release_kv_cache", lambda *a, **kw: None, create=True)
+    # decode's own rows: the digest, first token and room as prefill's row landed; an aborted request's release (the
+    # corruption check) gives its lock and KV back to the tree, recorded as nothing
+    tree_cache = SimpleNamespace(unlock=lambda *a, **kw: None, finish=lambda *a, **kw: None)
+    queue = decode_transfer_queue(sg, dsched, rows, [decode_req], METADATA_BUFFER_SLOTS, tree_cache)
     for _ in range(POLLS):
-        with release:
+        with released(sg):
             done = queue.pop_transferred()
         if done:
             if [r.rid for r in done] != [decode_req.req.rid]:

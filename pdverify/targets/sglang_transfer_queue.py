@@ -37,10 +37,8 @@ from unittest import mock
 
 import torch
 
-from pdverify.model.transfer_queue import VOCAB, TransferQueueCase, TransferTrace
+from pdverify.model.transfer_queue import PROMPT, VOCAB, TransferQueueCase, TransferTrace
 
-PROMPT = 24
-"""Prompt tokens of each queued request (the queue reads no prompt token)."""
 HIDDEN_SIZE = 16
 """The metadata buffers' hidden-state width (the speculative path, off here, reads it)."""
 _POLL = {"success": "Success", "transferring": "Transferring", "waiting": "WaitingForInput",
@@ -66,7 +64,7 @@ def _buffer_infos(rows: Any) -> tuple[list[int], list[int]]:  # pragma: no cover
     return list(ptrs), list(item_lens)
 
 
-def _send_aux(
+def aux_transfer(
     sg: Any, transport: str, prefill_rows: Any, decode_rows: Any, source: int, destination: int
 ) -> None:  # pragma: no cover
     """Prefill's aux transfer of a request's row by ``transport``: the release's own ``MooncakeKVManager.send_aux``
@@ -177,11 +175,37 @@ def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance ven
 
 
 @contextmanager
-def _released(sg: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
+def released(sg: Any) -> Iterator[None]:  # pragma: no cover - conformance venv
     """A request that leaves the queue gives its pre-allocated KV back (``release_kv_cache``, where the module has
     it): not this unit's pages, recorded as nothing."""
     with mock.patch.object(sg.decode, "release_kv_cache", lambda *a, **kw: None, create=True):
         yield
+
+
+def decode_transfer_queue(  # pragma: no cover - conformance venv
+    sg: Any, scheduler: Any, rows: Any, entries: list[Any], slots: int, tree_cache: Any
+) -> Any:
+    """Decode's ``DecodeTransferQueue`` holding ``entries`` over its own metadata ``rows`` (``slots`` of them), with
+    what ``pop_transferred`` and ``_commit_transfer_to_req`` read: the scheduler, a one-rank gloo group, staging, host
+    receive and deferred release off, and SGLang's own ``ReqToMetadataIdxAllocator`` with every entry's slot held
+    (state injection: the allocator hands slots out in order)."""
+    from pdverify.targets.sglang_group import one_rank_gloo
+
+    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
+    queue.queue = list(entries)
+    queue.gloo_group = one_rank_gloo()
+    queue.metadata_buffers = rows
+    queue.scheduler = scheduler
+    queue.tree_cache = tree_cache
+    queue.tp_rank = 0
+    queue.spec_algorithm = scheduler.spec_algorithm
+    queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
+    queue._skipped_checksum_signatures = set()
+    allocator = sg.ReqToMetadataIdxAllocator(slots)
+    held = {e.metadata_buffer_index for e in entries}
+    allocator.free_slots = type(allocator.free_slots)(i for i in range(slots) if i not in held)
+    queue.req_to_metadata_buffer_idx_allocator = allocator
+    return queue
 
 
 def _committed_logprob(req: Any, asked: float | None) -> tuple[float, int] | None:  # pragma: no cover
@@ -205,7 +229,6 @@ def _token(req: Any) -> int | None:  # pragma: no cover - conformance venv
 
 def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace:  # pragma: no cover - conformance
     """One ``pop_transferred`` pass of the installed release over ``case`` (host-side: ``device`` is not read)."""
-    from pdverify.targets.sglang_group import one_rank_gloo
     from pdverify.targets.sglang_request import release_request
 
     sg = _modules()
@@ -227,7 +250,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
             _prefill_outputs(preq, t.first_token, t.logprob, t.cached_tokens)
             _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
-            _send_aux(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
+            aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
         req.sampling_params.normalize(None)  # as the tokenizer manager hands it over (stop strings made lists)
         requests.append(req)
@@ -254,27 +277,14 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         server_args=SimpleNamespace(disaggregation_transfer_backend="mooncake", disaggregation_mode="decode"),
         tree_cache=tree_cache,
     )
-    queue = sg.DecodeTransferQueue.__new__(sg.DecodeTransferQueue)
-    queue.queue = list(entries)
-    queue.gloo_group = one_rank_gloo()
-    queue.metadata_buffers = decode_rows
-    queue.scheduler = scheduler
-    queue.tree_cache = tree_cache
-    queue.tp_rank = 0
-    queue.spec_algorithm = scheduler.spec_algorithm
-    queue.enable_staging = queue.enable_host_receive = queue.enable_deferred_kv_release = False
-    queue._skipped_checksum_signatures = set()
-    allocator = sg.ReqToMetadataIdxAllocator(case.slots)
-    held = {t.decode_slot for t in case.transfers}
-    # the queued requests hold their slots (state injection: the allocator hands slots out in order)
-    allocator.free_slots = type(allocator.free_slots)(i for i in range(case.slots) if i not in held)
-    queue.req_to_metadata_buffer_idx_allocator = allocator
+    queue = decode_transfer_queue(sg, scheduler, decode_rows, entries, case.slots, tree_cache)
+    allocator = queue.req_to_metadata_buffer_idx_allocator
     before = list(allocator.free_slots)
 
     raised = ""
     returned: list[Any] = []
     try:
-        with _released(sg):
+        with released(sg):
             returned = list(queue.pop_transferred())
     except Exception as e:  # the pass raising takes the scheduler down: a verdict, reported
         where = traceback.extract_tb(e.__traceback__)[-1]
@@ -289,7 +299,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         if id(req) in left:
             continue
         reason = req.finished_reason
-        if reason is not None and isinstance(reason, sg.FINISH_ABORT):
+        if isinstance(reason, sg.FINISH_ABORT):
             aborted.append(i)
             continue
         token = _token(req)
@@ -300,7 +310,8 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             logprobs.append(_committed_logprob(req, case.transfers[i].logprob))
             cached.append(int(getattr(req, "cached_tokens", 0) or 0))
     freed = sorted(set(allocator.free_slots) - set(before))
-    queue_order = [next(i for i, r in enumerate(requests) if r is e.req) for e in queue.queue]
+    index = {id(r): i for i, r in enumerate(requests)}
+    queue_order = [index[id(e.req)] for e in queue.queue]
     if queue_order != sorted(queue_order):
         raised = raised or f"the queue after the pass is out of order: {queue_order}"
     return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
