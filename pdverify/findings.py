@@ -262,7 +262,16 @@ def _t29_shows(kwargs: Mapping[str, Any]) -> bool:
 _T29_LISTS = (
     re.compile(r"hold first-token \(logprob, id\) (\[.*\]), prefill computed (\[.*\]) \(None: no logprobs"),
     re.compile(r"report cached tokens (\[[\d, ]*\]), prefill cached (\[[\d, ]*\])"),
+    re.compile(r"hold first-token top logprobs (\[.*\]), prefill computed (\[.*\]) \(None: no top logprobs"),
 )
+
+
+def _t29_cleared(which: int, want: Any) -> Any:
+    """What decode's own cleared row commits in place of ``want``: a logprob of ``(0.0, 0)``, 0 cached tokens, the
+    top logprobs as many ``(0.0, 0)`` pairs as the request asked for."""
+    if which == 2:
+        return tuple((0.0, 0) for _ in want)
+    return ((0.0, 0), 0)[which]
 
 
 def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -270,7 +279,7 @@ def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     first-token logprob of ``(0.0, 0)`` where prefill computed another, 0 cached tokens where prefill cached some -
     and nothing else differs: the aux transfer moved the output-id buffer only."""
     line = message.split("\n", 1)[0]
-    for pattern, cleared in zip(_T29_LISTS, ((0.0, 0), 0), strict=True):
+    for which, pattern in enumerate(_T29_LISTS):
         found = pattern.search(line)
         if found is None:
             continue
@@ -280,8 +289,37 @@ def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
             return False
         if len(got) != len(want) or got == want:
             return False
-        return all(g == w or (w is not None and g == cleared) for g, w in zip(got, want, strict=True))
+        return all(g == w or (w is not None and g == _t29_cleared(which, w)) for g, w in zip(got, want, strict=True))
     return False
+
+
+def _t30_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A transferred request that asks for logprobs and names token ids (``token_ids_logprob``): decode's commit
+    appends the first token's row to its token logprobs but none to its token-ids logprobs."""
+    case = kwargs.get("case")
+    if not isinstance(case, TransferQueueCase):
+        return False
+    return any(t.poll == "success" and t.logprob is not None and t.token_ids_logprob is not None
+               for t in case.transfers)  # fmt: skip
+
+
+_T30_ROWS = re.compile(r"hold \(token, top, token-ids\) logprob rows (\[.*\]) for their one output token, expected "
+                       r"(\[.*\]) \(one row")  # fmt: skip
+
+
+def _t30_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q7's message when the committed requests' logprob rows differ from one per list only in the token-ids list,
+    empty (0 rows) for each request that named token ids."""
+    found = _T30_ROWS.search(message.split("\n", 1)[0])
+    if found is None:
+        return False
+    try:
+        got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
+    except (ValueError, SyntaxError):
+        return False
+    if len(got) != len(want) or got == want:
+        return False
+    return all(g == w or (w is not None and w[2] == 1 and g == (w[0], w[1], 0)) for g, w in zip(got, want, strict=True))
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -1453,6 +1491,8 @@ T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
 F7_RELEASES = (*T28_RELEASES, "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 """F7's releases: every release (no release's ``SamplingParams.verify`` checks ``stop_token_ids`` against the
 vocabulary; upstream #27398 and #31561, which proposed it, were closed unmerged)."""
+T30_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.6.post5") : F7_RELEASES.index("0.5.23")]
+"""PD logprobs (#6558, 0.4.6.post5) to 0.5.22: 0.5.23's commit reserves the first token's token-ids row."""
 
 PREBUILT_OBSERVERS = ("P20", "P21", "P21b", "P23", "P24", "P25", "P26", "P27", "P29", "P30")
 """The prebuilt properties besides P19 that run a drawn batch through ``prepare_for_prebuilt`` to 0.5.17 (P22,
@@ -1528,6 +1568,19 @@ KNOWN: dict[str, KnownDefect] = {
             "0.4.8.post1 by #7516, NIXL's in 0.5.3.post1 by #11375)",
             _t29_shows,
             _t29_explains,
+        ),
+        KnownDefect(
+            "T30",
+            "Q7",
+            "sglang",
+            T30_RELEASES,
+            "a PD request that asks for logprobs and names token ids (token_ids_logprob): decode's commit of the "
+            "first token appends its row to the token and top logprob lists but none to the token-ids logprob lists, "
+            "which the output streamer slices with the same offset - so every streamed token-ids row belongs to the "
+            "next token, and the last token gets none (fixed in 0.5.23, whose _commit_transfer_to_req reserves an "
+            "empty row: 'reserve a row for the streaming offset')",
+            _t30_shows,
+            _t30_explains,
         ),
         KnownDefect(
             "T28",

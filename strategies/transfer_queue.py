@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ from pdverify.model.transfer_queue import (
     MAX_ROOM,
     POLL_STATES,
     PROMPT,
+    TOP_LOGPROBS_CAPACITY,
     VOCAB,
     Transfer,
     TransferQueueCase,
@@ -36,7 +38,10 @@ def transfer_queues(
     request its own; its slot on each side drawn apart from the others' (seeded order); its first token one of Llama
     3.1's eos ids a quarter of the time, else any id below ``VOCAB``; its ``max_new_tokens`` 1 to ``max_new_tokens``
     (1: finished by its first token); half the requests ask for logprobs (the first token's a multiple of 1/16 down to
-    -15.9375), and prefill found 0 to ``PROMPT - 1`` of each prompt in its cache. The model's eos ids are Llama 3.1's,
+    -15.9375), and prefill found 0 to ``PROMPT - 1`` of each prompt in its cache. A logprob request asks half the
+    time for top logprobs - 1 to 20 (the OpenAI API's most), or one time in eight the metadata row's capacity
+    (``TOP_LOGPROBS_CAPACITY``), in rank order over distinct ids - and half the time names 1 to 4 token ids whose
+    logprobs it wants (``token_ids_logprob``). The model's eos ids are Llama 3.1's,
     or a quarter of the time none (a configuration without ``eos_token_id``). The rows travel by Mooncake's aux
     transfer, or half the time by NIXL's where the release has it."""
     check_int("max_transfers", max_transfers, minimum=1)
@@ -84,5 +89,20 @@ def _transfer_queues(
         extras.append(replace(t, logprob=logprob, cached_tokens=c.integer(0, PROMPT - 1)))
     # the transport whose aux transfer moves the rows: Mooncake's, or NIXL's half the time where the release has it
     nixl = DOMAIN.has("nixl_transport") and c.boolean()
+    # what a logprob request asks past the first token's logprob, drawn last for the same reason
+    extras = [_logprob_extras(c, t) if t.logprob is not None else t for t in extras]
     return TransferQueueCase(transfers=tuple(extras), slots=slots, eos_token_ids=eos,
                              transport="nixl" if nixl else "mooncake")  # fmt: skip
+
+
+def _logprob_extras(c: Choices, t: Transfer) -> Transfer:
+    """A logprob request's top logprobs (half the time: 1 to 20, or one time in eight the row's capacity; values
+    multiples of 1/16 in rank order, distinct ids) and token ids (half the time 1 to 4 distinct ids)."""
+    top: tuple[tuple[float, int], ...] = ()
+    if c.boolean():
+        k = TOP_LOGPROBS_CAPACITY if c.integer(0, 7) == 7 else c.integer(1, 20)
+        rng = random.Random(c.seed())
+        values = sorted((-rng.randrange(256) / 16 for _ in range(k)), reverse=True)
+        top = tuple(zip(values, distinct_sample(c, 0, VOCAB - 1, k), strict=True))
+    ids = tuple(distinct_sample(c, 0, VOCAB - 1, c.integer(1, 4))) if c.boolean() else None
+    return replace(t, top_logprobs=top, token_ids_logprob=ids)

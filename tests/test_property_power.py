@@ -88,7 +88,7 @@ KILLERS: dict[str, list[str]] = {
     "Q6": ["XQ18", "XQ19", "XQ20", "XQ22", "XQ24", "XQ29"],
     # Q7: F8's sentinel, the wrong slot's row, a leaked slot, a failure left queued, a one-token request dropped, the
     # queue reordered, the room read as the token, the logprob and the cached count dropped
-    "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09"],
+    "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09", "XU10", "XU11"],
     "P18p": ["XD02", "XS01", "XS06", "XK05", "XT05"],
 }
 

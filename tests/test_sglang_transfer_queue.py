@@ -126,3 +126,62 @@ def test_nixl_rows_travel_through_sglangs_own_nixl_send_aux() -> None:
         trace = _target().require("transfer_queue")(case, "cpu")
     assert sorted(sends) == [3, 5], sends
     assert (trace.committed, trace.tokens, trace.queued, trace.freed) == ((0, 2), (791, 9906), (1,), (2, 4)), trace
+
+
+LOGPROBS = TransferQueueCase(
+    transfers=(Transfer(room=2**31 - 2, decode_slot=5, prefill_slot=23, first_token=9906, max_new_tokens=256,
+                        logprob=-0.3125, top_logprobs=((-0.3125, 9906), (-1.5, 791), (-2.25, 40)),
+                        token_ids_logprob=(9906, 791)),),
+    slots=64,
+)  # fmt: skip
+"""A Llama-3.1 request asking for logprobs with three top logprobs and two token ids' (Mooncake's transport)."""
+
+
+def _releases_version() -> str:
+    import sglang
+
+    return str(sglang.__version__)
+
+
+def test_top_logprobs_and_the_token_ids_row_as_released() -> None:
+    from pdverify.findings import T29_MOONCAKE, T30_RELEASES
+    from pdverify.properties.releases import FROM_PD_LOGPROB
+
+    version = _releases_version()
+    if FROM_PD_LOGPROB.not_applicable(version):
+        pytest.skip("no PD logprobs before #6558")
+    trace = _target().require("transfer_queue")(LOGPROBS, "cpu")
+    want_top = (((-0.3125, 9906), (-1.5, 791), (-2.25, 40)),)
+    if version in T29_MOONCAKE:  # the aux transfer moves the output ids only: decode's cleared top row
+        want_top = (((0.0, 0), (0.0, 0), (0.0, 0)),)
+    assert trace.top == want_top, trace
+    assert trace.rows == ((1, 1, 0 if version in T30_RELEASES else 1),), trace
+    if version in T30_RELEASES:
+        with pytest.raises(AssertionError, match=r"logprob rows \[\(1, 1, 0\)\]"):
+            _q7(LOGPROBS)
+
+
+def test_q7_fails_when_the_token_ids_row_is_planted_away() -> None:
+    from pdverify.findings import T30_RELEASES
+
+    sg = _sglang()
+    if _releases_version() in T30_RELEASES:
+        pytest.skip("the release reserves no token-ids row (T30): nothing to plant away")
+    if not hasattr(sg.DecodeTransferQueue, "_commit_transfer_to_req"):
+        pytest.skip("no PD logprobs before #6558")
+    commit = sg.DecodeTransferQueue._commit_transfer_to_req
+
+    def without_row(self: Any, decode_req: Any) -> Any:  # 0.5.22's commit: no row for the first token's token ids
+        out = commit(self, decode_req)
+        lists = decode_req.req.logprob
+        if lists.token_ids_logprob is not None and lists.output_token_ids_logprobs_val:
+            lists.output_token_ids_logprobs_val.pop()
+            lists.output_token_ids_logprobs_idx.pop()
+        return out
+
+    _q7(LOGPROBS)
+    with (
+        mock.patch.object(sg.DecodeTransferQueue, "_commit_transfer_to_req", without_row),
+        pytest.raises(AssertionError, match="logprob rows"),
+    ):
+        _q7(LOGPROBS)

@@ -24,6 +24,17 @@ T = Transfer(room=0, decode_slot=0, prefill_slot=1, first_token=5)
         ({"poll": "done"}, "poll must be one of"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"room": True}, "room must be an integer"),
+        ({"top_logprobs": ((-1.0, 3),)}, "need logprob"),
+        ({"token_ids_logprob": (3,)}, "need logprob"),
+        ({"logprob": -1.0, "top_logprobs": ((-1.0, 3),) * 129}, "at most 128 .* capacity"),
+        ({"logprob": -1.0, "top_logprobs": [(-1.0, 3)]}, "top_logprobs must be a tuple"),
+        ({"logprob": -1.0, "top_logprobs": ((-1.0,),)}, "pair"),
+        ({"logprob": -1.0, "top_logprobs": ((0.5, 3),)}, "finite float <= 0"),
+        ({"logprob": -1.0, "top_logprobs": ((-0.1, 3),)}, "exact in float32"),
+        ({"logprob": -1.0, "top_logprobs": ((-1.0, 128256),)}, "token id must be < 128256"),
+        ({"logprob": -1.0, "token_ids_logprob": ()}, "non-empty tuple"),
+        ({"logprob": -1.0, "token_ids_logprob": (128256,)}, r"token_ids_logprob\[\] must be < 128256"),
+        ({"logprob": -1.0, "token_ids_logprob": (-1,)}, r"token_ids_logprob\[\]"),
     ],
 )
 def test_a_transfer_refuses_bad_fields(fields: dict[str, object], names: str) -> None:
@@ -86,6 +97,14 @@ def test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token(case: Trans
             seen.add("eos first")
         if t.max_new_tokens == 1:
             seen.add("one token")
+        if len(t.top_logprobs) == 128:
+            seen.add("top at capacity")
+        elif t.top_logprobs:
+            seen.add("top logprobs")
+        if t.token_ids_logprob is not None:
+            seen.add("token ids")
+        if t.logprob is not None and not t.top_logprobs and t.token_ids_logprob is None:
+            seen.add("logprob only")
     if case.eos_token_ids is None:
         seen.add("no eos")
 
@@ -93,7 +112,7 @@ def test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token(case: Trans
 def test_the_strategy_reached_all_of_it() -> None:
     test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token()
     want = {"success", "transferring", "waiting", "bootstrapping", "failed", "room 0 done", "eos first", "one token",
-            "no eos"}  # fmt: skip
+            "no eos", "top at capacity", "top logprobs", "token ids", "logprob only"}  # fmt: skip
     assert want <= seen, want - seen
 
 
@@ -106,7 +125,22 @@ def test_the_port_does_what_the_oracle_says(case: TransferQueueCase) -> None:
     assert list(trace.aborted) == oracle.aborted(case)
     assert list(trace.queued) == oracle.queued(case)
     assert list(trace.freed) == oracle.freed(case)
+    done = list(trace.committed)
+    assert trace.logprobs is not None and list(trace.logprobs) == oracle.logprobs(case, done)
+    assert trace.cached is not None and list(trace.cached) == oracle.cached(case, done)
+    assert trace.top is not None and list(trace.top) == oracle.top_logprobs(case, done)
+    assert trace.rows is not None and list(trace.rows) == oracle.rows(case, done)
     assert not trace.raised
+
+
+def test_the_oracle_wants_one_row_per_asked_list() -> None:
+    asks = Transfer(room=4, decode_slot=0, prefill_slot=0, first_token=9, logprob=-0.5,
+                    top_logprobs=((-0.5, 9), (-1.0, 7)), token_ids_logprob=(1, 2))  # fmt: skip
+    plain = Transfer(room=5, decode_slot=1, prefill_slot=1, first_token=3, logprob=-2.0)
+    none = Transfer(room=6, decode_slot=2, prefill_slot=2, first_token=3)
+    case = TransferQueueCase(transfers=(asks, plain, none), slots=3)
+    assert oracle.rows(case, [0, 1, 2]) == [(1, 1, 1), (1, None, None), None]
+    assert oracle.top_logprobs(case, [0, 1, 2]) == [((-0.5, 9), (-1.0, 7)), None, None]
 
 
 def test_the_port_aborts_another_rooms_row() -> None:

@@ -35,6 +35,9 @@ VOCAB = 128256
 ``vocab_size``."""
 PROMPT = 24
 """Prompt tokens of every queued request (the queue reads none of them; prefill's cache hit is a count of them)."""
+TOP_LOGPROBS_CAPACITY = 128
+"""The top logprobs a metadata row holds (``MetadataBuffers(max_top_logprobs_num=128)``, the size every release's
+scheduler builds): a request asking for more fails on prefill (``set_buf``), before any row reaches decode."""
 LLAMA3_EOS = (128001, 128008, 128009)
 """Llama-3.1-Instruct's eos ids (its configuration's ``eos_token_id``): what the scheduler gives each request as
 ``eos_token_ids``."""
@@ -61,6 +64,13 @@ class Transfer:
     top logprobs); None: it asks for none. The metadata row holds it as float32, so it must be one exactly."""
     cached_tokens: int = 0
     """Prompt tokens prefill found in its prefix cache (``req.cached_tokens``): the usage decode reports."""
+    top_logprobs: tuple[tuple[float, int], ...] = ()
+    """The first token's top logprobs prefill computed, ``(logprob, token id)`` in rank order, for a request asking
+    for logprobs with ``top_logprobs_num = len(top_logprobs)`` (empty: it asks for none). Each logprob exact in
+    float32, like ``logprob``."""
+    token_ids_logprob: tuple[int, ...] | None = None
+    """The token ids whose logprobs the request asks for at each output token (``token_ids_logprob``), with
+    ``logprob``; None: it asks for none."""
 
     def __post_init__(self) -> None:
         require_int("room", self.room, minimum=0)
@@ -81,9 +91,38 @@ class Transfer:
             if struct.unpack("f", struct.pack("f", lp))[0] != lp:
                 raise ValueError(f"logprob must be exact in float32 (the metadata row's dtype), got {lp!r}")
         require_int("cached_tokens", self.cached_tokens, minimum=0)
+        self._check_logprob_extras()
         if self.cached_tokens >= PROMPT:
             raise ValueError(f"cached_tokens must be < {PROMPT} (prefill computes one prompt token at least), got "
                              f"{self.cached_tokens}")  # fmt: skip
+
+    def _check_logprob_extras(self) -> None:
+        asked = self.top_logprobs or self.token_ids_logprob is not None
+        if asked and self.logprob is None:
+            raise ValueError("top_logprobs and token_ids_logprob need logprob (the request asks for logprobs: "
+                             "return_logprob); got them with logprob=None")  # fmt: skip
+        if not isinstance(self.top_logprobs, tuple) or len(self.top_logprobs) > TOP_LOGPROBS_CAPACITY:
+            raise ValueError(f"top_logprobs must be a tuple of at most {TOP_LOGPROBS_CAPACITY} (logprob, id) pairs "
+                             f"(the metadata row's capacity), got {self.top_logprobs!r}")  # fmt: skip
+        for pair in self.top_logprobs:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise ValueError(f"top_logprobs[] must be a (logprob, token id) pair, got {pair!r}")
+            lp, tok = pair
+            if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp > 0:
+                raise ValueError(f"top_logprobs[] logprob must be a finite float <= 0, got {lp!r}")
+            if struct.unpack("f", struct.pack("f", lp))[0] != lp:
+                raise ValueError(f"top_logprobs[] logprob must be exact in float32 (the row's dtype), got {lp!r}")
+            require_int("top_logprobs[] token id", tok, minimum=0)
+            if tok >= VOCAB:
+                raise ValueError(f"top_logprobs[] token id must be < {VOCAB}, got {tok}")
+        if self.token_ids_logprob is not None:
+            ids = self.token_ids_logprob
+            if not isinstance(ids, tuple) or not ids:
+                raise ValueError(f"token_ids_logprob must be None or a non-empty tuple of token ids, got {ids!r}")
+            for tok in ids:
+                require_int("token_ids_logprob[]", tok, minimum=0)
+                if tok >= VOCAB:
+                    raise ValueError(f"token_ids_logprob[] must be < {VOCAB}, got {tok}")
 
 
 @dataclass(frozen=True)
@@ -151,3 +190,11 @@ class TransferTrace:
     cached: tuple[int, ...] | None = None
     """Per committed request: the cached prompt tokens decode holds for it (``req.cached_tokens``). None: the target
     does not report them."""
+    top: tuple[tuple[tuple[float, int], ...] | None, ...] | None = None
+    """Per committed request: the first token's top logprobs decode committed, ``(logprob, token id)`` pairs (None:
+    it asked for no top logprobs). None: the target does not report them."""
+    rows: tuple[tuple[int, int | None, int | None] | None, ...] | None = None
+    """Per committed request asking for logprobs: how many rows its output logprob lists hold after the commit -
+    ``(token logprobs, top logprobs or None, token-ids logprobs or None)``, None for a list it did not ask for - the
+    lists the output streamer slices with one offset (``send_output_token_logprobs_offset``). None per request: no
+    logprobs asked; None: the target does not report them."""

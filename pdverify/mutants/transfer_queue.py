@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
+from pdverify.model.transfer_queue import TOP_LOGPROBS_CAPACITY, TransferQueueCase, TransferTrace
 from pdverify.mutants.catalogue import mutant
 from pdverify.production.transfer_queue import Row, TransferPass
 
@@ -79,3 +79,24 @@ def logprob_dropped(case: TransferQueueCase, device: str) -> TransferTrace:
 def cached_tokens_dropped(case: TransferQueueCase, device: str) -> TransferTrace:
     trace = TransferPass(case).run()
     return replace(trace, cached=tuple(0 for _ in trace.committed))
+
+
+class _TopToCapacity(TransferPass):
+    def top(self, row: Row, asked: int) -> tuple[tuple[float, int], ...]:
+        return (*row[6], *[(0.0, 0)] * (TOP_LOGPROBS_CAPACITY - len(row[6])))
+
+
+@mutant("XU10", "transfer_queue", "wrong bound", "top logprobs committed to the row's capacity, not top_logprobs_num")
+def top_to_capacity(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _TopToCapacity(case).run()
+
+
+class _NoIdsRow(TransferPass):
+    def rows_after(self, i: int) -> tuple[int, int | None, int | None] | None:
+        rows = super().rows_after(i)
+        return None if rows is None else (rows[0], rows[1], None if rows[2] is None else 0)
+
+
+@mutant("XU11", "transfer_queue", "missing field", "no token-ids logprob row reserved for the first token (0.5.22's)")
+def no_token_ids_row(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _NoIdsRow(case).run()

@@ -42,3 +42,27 @@ def logprobs(case: TransferQueueCase, committed: list[int]) -> list[tuple[float,
 def cached(case: TransferQueueCase, committed: list[int]) -> list[int]:
     """The cached prompt tokens each of ``committed`` reports: prefill's count."""
     return [case.transfers[i].cached_tokens for i in committed]
+
+
+def top_logprobs(case: TransferQueueCase, committed: list[int]) -> list[tuple[tuple[float, int], ...] | None]:
+    """The first token's top logprobs each of ``committed`` holds, where it asked for some: prefill's, in rank order."""
+    out: list[tuple[tuple[float, int], ...] | None] = []
+    for i in committed:
+        t = case.transfers[i]
+        out.append(tuple(t.top_logprobs) if t.logprob is not None and t.top_logprobs else None)
+    return out
+
+
+def rows(case: TransferQueueCase, committed: list[int]) -> list[tuple[int, int | None, int | None] | None]:
+    """Each committed request's output logprob lists after the commit: one row - the first token's - in every list it
+    asked for (token logprobs always, top logprobs when it asked for some, token-ids logprobs when it named ids), so
+    that the streamer's one offset reads token k's row in each; None for a list it did not ask for, and for a request
+    asking for no logprobs."""
+    out: list[tuple[int, int | None, int | None] | None] = []
+    for i in committed:
+        t = case.transfers[i]
+        if t.logprob is None:
+            out.append(None)
+            continue
+        out.append((1, 1 if t.top_logprobs else None, None if t.token_ids_logprob is None else 1))
+    return out

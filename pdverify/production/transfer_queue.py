@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
 
-Row = tuple[int, int, int, float, int, int]
-"""A metadata row: ``(first token, room, written, first token's logprob, its id, cached tokens)``."""
-EMPTY: Row = (0, 0, 0, 0.0, 0, 0)
+Row = tuple[int, int, int, float, int, int, tuple[tuple[float, int], ...]]
+"""A metadata row: ``(first token, room, written, first token's logprob, its id, cached tokens, top logprobs)``."""
+EMPTY: Row = (0, 0, 0, 0.0, 0, 0, ())
 
 
 def row_landed(row: Row) -> bool:
@@ -31,7 +31,8 @@ def handoff_rows(case: TransferQueueCase) -> list[Row]:
     for t in case.transfers:
         if t.poll == "success":
             logprob = 0.0 if t.logprob is None else t.logprob
-            prefill[t.prefill_slot] = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens)
+            top = t.top_logprobs if t.logprob is not None else ()
+            prefill[t.prefill_slot] = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens, top)
             decode[t.decode_slot] = prefill[t.prefill_slot]
     return decode
 
@@ -51,11 +52,25 @@ class TransferPass:
         """Decode's row of transfer ``i``: its own slot's."""
         return self.rows[self.case.transfers[i].decode_slot]
 
+    def top(self, row: Row, asked: int) -> tuple[tuple[float, int], ...]:
+        """The committed top logprobs: the row's first ``asked`` (the request's ``top_logprobs_num``)."""
+        return row[6][:asked]
+
+    def rows_after(self, i: int) -> tuple[int, int | None, int | None] | None:
+        """The rows the commit leaves in each output logprob list the request asked for: one each - the token-ids
+        list's an empty row (prefill sends no token-ids scores), reserved so the streamer's offset stays aligned."""
+        t = self.case.transfers[i]
+        if t.logprob is None:
+            return None
+        return (1, 1 if t.top_logprobs else None, None if t.token_ids_logprob is None else 1)
+
     def run(self) -> TransferTrace:
         committed: list[int] = []
         tokens: list[int] = []
         logprobs: list[tuple[float, int] | None] = []
         cached: list[int] = []
+        top: list[tuple[tuple[float, int], ...] | None] = []
+        rows: list[tuple[int, int | None, int | None] | None] = []
         aborted: list[int] = []
         queued: list[int] = []
         freed: list[int] = []
@@ -76,6 +91,9 @@ class TransferPass:
             tokens.append(row[0])
             logprobs.append(None if t.logprob is None else (row[3], row[4]))
             cached.append(row[5])
+            asked = len(t.top_logprobs) if t.logprob is not None else 0
+            top.append(self.top(row, asked) if asked else None)
+            rows.append(self.rows_after(i))
         return TransferTrace(
             committed=tuple(committed),
             tokens=tuple(tokens),
@@ -84,6 +102,8 @@ class TransferPass:
             freed=tuple(sorted(freed)),
             logprobs=tuple(logprobs),
             cached=tuple(cached),
+            top=tuple(top),
+            rows=tuple(rows),
         )
 
 

@@ -8,7 +8,10 @@ whatever bootstrap room the router put it, 0 included. A failed transfer is abor
 #6504 the pass raised by design, ``FROM_TRANSFER_FAILURE_ABORT``). Transfers still in flight stay queued, in
 order, unaborted; each request that left the queue frees its decode slot, and no other slot is freed. What the row
 carries besides the token reaches the committed request: the first token's logprob where the request asked for
-logprobs (0.4.6.post5 on, #6558) and prefill's cached prompt tokens (0.5.3 on).
+logprobs (0.4.6.post5 on, #6558), its top logprobs where it asked for some, and prefill's cached prompt tokens (0.5.3
+on). And the commit keeps a logprob request's output lists aligned: each list the output streamer slices with its one
+offset (``send_output_token_logprobs_offset``) - token logprobs, top logprobs, token-ids logprobs, each where asked -
+holds one row per output token, so that the k-th row streamed is the k-th token's in every list.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def _names(indices: tuple[int, ...] | list[int]) -> str:
     "decode's transfer queue commits every transfer whose receiver reports success - the request holds prefill's "
     "first token and leaves the queue - whatever its bootstrap room, 0 included; aborts every failed one; keeps the "
     "transfers in flight queued in order, unaborted; frees the decode metadata slot of each request that left the "
-    "queue, no other; and a committed request holds prefill's first-token logprob (when asked) and cached count",
+    "queue, no other; and a committed request holds prefill's first-token logprob and top logprobs (when asked) and "
+    "cached count, with one row per output token in each logprob list it asked for",
     clauses=(
         Clause("commit", title="every successful transfer committed with prefill's first token, in any room"),
         Clause("in_flight", title="transfers in flight stay queued in order; slots freed exactly for those that left"),
@@ -52,6 +56,12 @@ def _names(indices: tuple[int, ...] | list[int]) -> str:
             "logprob", FROM_PD_LOGPROB, "a committed request asking for logprobs holds prefill's first-token logprob"
         ),
         Clause("cached_tokens", FROM_PD_CACHED_TOKENS, "a committed request reports prefill's cached prompt tokens"),
+        Clause("top_logprobs", FROM_PD_LOGPROB, "a committed request asking for top logprobs holds prefill's"),
+        Clause(
+            "logprob_rows",
+            FROM_PD_LOGPROB,
+            "a committed logprob request holds one row per output token in each logprob list it asked for",
+        ),
     ),
     needs=NEEDS,
     case=transfer_queues(),
@@ -63,6 +73,9 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
     note_event("a transfer in bootstrap room 0" if any(t.room == 0 for t in case.transfers) else "no room 0")
     note_event("a failed transfer" if "failed" in polls else "no failed transfer")
     note_event("a one-token request" if any(t.max_new_tokens == 1 for t in case.transfers) else "no one-token request")
+    note_event("top logprobs asked" if any(t.top_logprobs for t in case.transfers) else "no top logprobs")
+    asks_ids = any(t.token_ids_logprob is not None for t in case.transfers)
+    note_event("token-ids logprobs asked" if asks_ids else "no token-ids logprobs")
     assert not trace.raised, f"the pass raised: {trace.raised}"
     if applies("commit"):
         want = oracle.committed(case)
@@ -75,6 +88,14 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
         )
     # what each committed request holds besides its token, whichever requests the pass committed
     done = list(trace.committed)
+    # the rows first: a list short of a row (T30) says so before any value in it is compared
+    if applies("logprob_rows"):
+        assert trace.rows is not None, "the target does not report the committed logprob rows (TransferTrace.rows)"
+        assert list(trace.rows) == oracle.rows(case, done), (
+            f"the committed requests {_names(done)} hold (token, top, token-ids) logprob rows {list(trace.rows)} for "
+            f"their one output token, expected {oracle.rows(case, done)} (one row in each list asked for, None: not "
+            "asked): the streamer slices every list with one offset"
+        )
     if applies("logprob"):
         assert trace.logprobs is not None, "the target does not report the committed logprobs (TransferTrace.logprobs)"
         assert list(trace.logprobs) == oracle.logprobs(case, done), (
@@ -86,6 +107,12 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
         assert list(trace.cached) == oracle.cached(case, done), (
             f"the committed requests {_names(done)} report cached tokens {list(trace.cached)}, prefill cached "
             f"{oracle.cached(case, done)}"
+        )
+    if applies("top_logprobs"):
+        assert trace.top is not None, "the target does not report the committed top logprobs (TransferTrace.top)"
+        assert list(trace.top) == oracle.top_logprobs(case, done), (
+            f"the committed requests {_names(done)} hold first-token top logprobs {list(trace.top)}, prefill computed "
+            f"{oracle.top_logprobs(case, done)} (None: no top logprobs asked)"
         )
     if applies("failed_aborted"):
         assert list(trace.aborted) == oracle.aborted(case), (

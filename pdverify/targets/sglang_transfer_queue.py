@@ -37,7 +37,7 @@ from unittest import mock
 
 import torch
 
-from pdverify.model.transfer_queue import PROMPT, VOCAB, TransferQueueCase, TransferTrace
+from pdverify.model.transfer_queue import PROMPT, VOCAB, Transfer, TransferQueueCase, TransferTrace
 
 HIDDEN_SIZE = 16
 """The metadata buffers' hidden-state width (the speculative path, off here, reads it)."""
@@ -155,15 +155,20 @@ def _logprob_lists(req: Any) -> Any:  # pragma: no cover - conformance venv
     return held if held is not None and hasattr(held, "output_token_logprobs_val") else req
 
 
-def _prefill_outputs(req: Any, token: int, logprob: float | None, cached: int) -> None:  # pragma: no cover
-    """What prefill's request holds when ``set_buf`` writes its row: the first token, its logprob (prefill's
-    ``add_logprob_return_values``: the value and the token id, no top logprobs) and the prefix-cache hit."""
-    req.output_ids = [token]
-    req.cached_tokens = cached
-    if logprob is not None:
+def _prefill_outputs(req: Any, t: Transfer) -> None:  # pragma: no cover - conformance venv
+    """What prefill's request holds when ``set_buf`` writes its row: the first token, its logprob and top logprobs
+    (prefill's logprob processing: the value and the token id, the top ``top_logprobs_num`` pairs in rank order, the
+    named ids' logprobs - here -1.0 each - where it named some) and the prefix-cache hit."""
+    req.output_ids = [t.first_token]
+    req.cached_tokens = t.cached_tokens
+    if t.logprob is not None:
         lists = _logprob_lists(req)
-        lists.output_token_logprobs_val, lists.output_token_logprobs_idx = [logprob], [token]
-        lists.output_top_logprobs_val, lists.output_top_logprobs_idx = [[]], [[]]
+        lists.output_token_logprobs_val, lists.output_token_logprobs_idx = [t.logprob], [t.first_token]
+        lists.output_top_logprobs_val = [[v for v, _ in t.top_logprobs]]
+        lists.output_top_logprobs_idx = [[i for _, i in t.top_logprobs]]
+        if t.token_ids_logprob is not None:
+            lists.output_token_ids_logprobs_val = [[-1.0 for _ in t.token_ids_logprob]]
+            lists.output_token_ids_logprobs_idx = [list(t.token_ids_logprob)]
 
 
 def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
@@ -218,6 +223,33 @@ def _committed_logprob(req: Any, asked: float | None) -> tuple[float, int] | Non
     return (float(vals[-1]), int(idxs[-1])) if vals and idxs else (float("nan"), -1)
 
 
+def _committed_top(req: Any, t: Transfer) -> tuple[tuple[float, int], ...] | None:  # pragma: no cover
+    """The first token's top logprobs decode committed, ``(logprob, token id)`` pairs (the last row of its top
+    lists; empty when the lists are), None for a request that asked for none."""
+    if t.logprob is None or not t.top_logprobs:
+        return None
+    lists = _logprob_lists(req)
+    vals, idxs = lists.output_top_logprobs_val or [], lists.output_top_logprobs_idx or []
+    if not vals or not idxs:
+        return ()
+    return tuple((float(v), int(i)) for v, i in zip(vals[-1], idxs[-1], strict=False))
+
+
+def _committed_rows(req: Any, t: Transfer) -> tuple[int, int | None, int | None] | None:  # pragma: no cover
+    """The rows each output logprob list the request asked for holds after the commit (None for a list it did not
+    ask for; None for a request asking for no logprobs): the lists the output streamer slices with one offset."""
+    if t.logprob is None:
+        return None
+    lists = _logprob_lists(req)
+
+    def count(name: str) -> int:
+        return len(getattr(lists, name, None) or [])
+
+    top = count("output_top_logprobs_val") if t.top_logprobs else None
+    ids = None if t.token_ids_logprob is None else count("output_token_ids_logprobs_val")
+    return (count("output_token_logprobs_val"), top, ids)
+
+
 def _token(req: Any) -> int | None:  # pragma: no cover - conformance venv
     """The first output token decode holds for ``req``: its last output id, or before 0.4.6.post5 the id the queue
     set aside for the batch (``transferred_output_id``)."""
@@ -244,11 +276,13 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             "eos_token_ids": eos,
             "vocab_size": VOCAB,
         }
-        if t.logprob is not None:  # the request asks for logprobs (no top logprobs)
-            fields.update(return_logprob=True, top_logprobs_num=0)
+        if t.logprob is not None:  # the request asks for logprobs, its top logprobs and named ids' where drawn
+            fields.update(return_logprob=True, top_logprobs_num=len(t.top_logprobs))
+            if t.token_ids_logprob is not None:
+                fields.update(token_ids_logprob=list(t.token_ids_logprob))
         if t.poll == "success":  # the receiver reports success once every chunk and prefill's row have landed
             preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
-            _prefill_outputs(preq, t.first_token, t.logprob, t.cached_tokens)
+            _prefill_outputs(preq, t)
             _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
             aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
@@ -295,6 +329,8 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     committed, tokens, aborted = [], [], []
     logprobs: list[tuple[float, int] | None] = []
     cached: list[int] = []
+    top: list[tuple[tuple[float, int], ...] | None] = []
+    rows: list[tuple[int, int | None, int | None] | None] = []
     for i, req in enumerate(requests):
         if id(req) in left:
             continue
@@ -309,6 +345,8 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             tokens.append(token)
             logprobs.append(_committed_logprob(req, case.transfers[i].logprob))
             cached.append(int(getattr(req, "cached_tokens", 0) or 0))
+            top.append(_committed_top(req, case.transfers[i]))
+            rows.append(_committed_rows(req, case.transfers[i]))
     freed = sorted(set(allocator.free_slots) - set(before))
     index = {id(r): i for i, r in enumerate(requests)}
     queue_order = [index[id(e.req)] for e in queue.queue]
@@ -316,7 +354,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         raised = raised or f"the queue after the pass is out of order: {queue_order}"
     return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
                          queued=tuple(queue_order), freed=tuple(freed), raised=raised, logprobs=tuple(logprobs),
-                         cached=tuple(cached))  # fmt: skip
+                         cached=tuple(cached), top=tuple(top), rows=tuple(rows))  # fmt: skip
 
 
 def _modules() -> Any:  # pragma: no cover - conformance venv
