@@ -834,3 +834,33 @@ def test_t14_is_pinned_for_its_properties() -> None:
     t14 = KNOWN["T14"]
     assert t14.properties() == ("Q2", "Q3")
     assert any(t14.shows({"case": case}) for case in EXAMPLES)
+
+
+def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> None:
+    """T30 (0.4.6.post5-0.5.22): a committed request naming token ids holds no token-ids row. It shows only where a
+    transferred request asks for logprobs of named ids, and explains Q7's rows message only when the token-ids count
+    alone is 0 where one was due. T29 explains the top-logprob message only as decode's cleared pairs."""
+    from pdverify.model.transfer_queue import Transfer, TransferQueueCase
+
+    t29, t30 = KNOWN["T29"], KNOWN["T30"]
+    assert (t30.releases[0], t30.releases[-1], t30.properties()) == ("0.4.6.post5", "0.5.22", ("Q7",))
+    named = Transfer(room=3, decode_slot=0, prefill_slot=0, first_token=1, logprob=-1.0, token_ids_logprob=(4,))
+    plain = replace(named, room=4, decode_slot=1, prefill_slot=1, token_ids_logprob=None)
+    case = {"case": TransferQueueCase(transfers=(named, plain), slots=2)}
+    assert t30.shows(case)
+    assert not t30.shows({"case": TransferQueueCase(transfers=(plain,), slots=2)})
+    assert not t30.shows({"case": TransferQueueCase(transfers=(replace(named, poll="transferring"),), slots=2)})
+    assert not t30.shows({"case": "not a queue"})
+    head = "the committed requests [#0, #1] hold (token, top, token-ids) logprob rows "
+    tail = " for their one output token, expected [(1, None, 1), (1, None, None)] (one row in each list asked for"
+    assert t30.explains(case, head + "[(1, None, 0), (1, None, None)]" + tail)
+    assert not t30.explains(case, head + "[(1, None, 1), (1, None, None)]" + tail)  # no difference
+    assert not t30.explains(case, head + "[(0, None, 0), (1, None, None)]" + tail)  # the token row lost too
+    assert not t30.explains(case, head + "[(1, None, 0)]" + tail)  # a request missing
+    assert not t30.explains(case, head + "[(1, None, 0), (1, None, None)" + tail)  # unreadable
+    assert not t30.explains(case, "committed [#1], expected every successful transfer [#0, #1] (rooms [3, 4])")
+    top = "the committed requests [#0] hold first-token top logprobs {}, prefill computed {} (None: no top logprobs)"
+    want = "[((-0.5, 9), (-1.0, 7))]"
+    assert t29.explains(case, top.format("[((0.0, 0), (0.0, 0))]", want))
+    assert not t29.explains(case, top.format("[((0.0, 0),)]", want))  # one pair short: not the cleared row
+    assert not t29.explains(case, top.format("[((-0.5, 9), (0.0, 7))]", want))
