@@ -30,6 +30,7 @@ def transfer_queues(
     max_spare_slots: int = 4,
     max_new_tokens: int = 16,
     polls: tuple[str, ...] = POLL_STATES,
+    max_top_logprobs: int = TOP_LOGPROBS_CAPACITY,
 ) -> st.SearchStrategy[TransferQueueCase]:
     """One ``pop_transferred`` pass: 1 to ``max_transfers`` queued transfers over ``transfers + 0..max_spare_slots``
     metadata rows a side. Each transfer's receiver reports success half the time, else any of ``polls`` (success the
@@ -39,22 +40,30 @@ def transfer_queues(
     3.1's eos ids a quarter of the time, else any id below ``VOCAB``; its ``max_new_tokens`` 1 to ``max_new_tokens``
     (1: finished by its first token); half the requests ask for logprobs (the first token's a multiple of 1/16 down to
     -15.9375), and prefill found 0 to ``PROMPT - 1`` of each prompt in its cache. A logprob request asks half the
-    time for top logprobs - 1 to 20 (the OpenAI API's most), or one time in eight the metadata row's capacity
-    (``TOP_LOGPROBS_CAPACITY``), in rank order over distinct ids - and half the time names 1 to 4 token ids whose
-    logprobs it wants (``token_ids_logprob``). The model's eos ids are Llama 3.1's,
-    or a quarter of the time none (a configuration without ``eos_token_id``). The rows travel by Mooncake's aux
-    transfer, or half the time by NIXL's where the release has it."""
+    time for top logprobs - 1 to 20 (common client values), or one time in eight the metadata row's capacity
+    (``TOP_LOGPROBS_CAPACITY``), and where ``max_top_logprobs`` is above it one time in eight more than the row holds
+    (``capacity + 1`` half of those, else up to ``max_top_logprobs``: no release bounds the count), in rank order
+    over distinct ids - and half the time names 1 to 4 token ids whose logprobs it wants (``token_ids_logprob``). The
+    model's eos ids are Llama 3.1's, or a quarter of the time none (a configuration without ``eos_token_id``). The
+    rows travel by Mooncake's aux transfer, or half the time by NIXL's where the release has it."""
     check_int("max_transfers", max_transfers, minimum=1)
     check_int("max_spare_slots", max_spare_slots)
     check_int("max_new_tokens", max_new_tokens, minimum=1)
     check_choices("polls", polls, POLL_STATES)
+    check_int("max_top_logprobs", max_top_logprobs, minimum=TOP_LOGPROBS_CAPACITY)
     return _transfer_queues(max_transfers=max_transfers, max_spare_slots=max_spare_slots,
-                            max_new_tokens=max_new_tokens, polls=polls)  # fmt: skip
+                            max_new_tokens=max_new_tokens, polls=polls, max_top=max_top_logprobs)  # fmt: skip
 
 
 @st.composite
 def _transfer_queues(
-    draw: st.DrawFn, *, max_transfers: int, max_spare_slots: int, max_new_tokens: int, polls: tuple[str, ...]
+    draw: st.DrawFn,
+    *,
+    max_transfers: int,
+    max_spare_slots: int,
+    max_new_tokens: int,
+    polls: tuple[str, ...],
+    max_top: int,
 ) -> TransferQueueCase:
     c = Choices(draw)
     c.lean()
@@ -90,17 +99,25 @@ def _transfer_queues(
     # the transport whose aux transfer moves the rows: Mooncake's, or NIXL's half the time where the release has it
     nixl = DOMAIN.has("nixl_transport") and c.boolean()
     # what a logprob request asks past the first token's logprob, drawn last for the same reason
-    extras = [_logprob_extras(c, t) if t.logprob is not None else t for t in extras]
+    extras = [_logprob_extras(c, t, max_top) if t.logprob is not None else t for t in extras]
     return TransferQueueCase(transfers=tuple(extras), slots=slots, eos_token_ids=eos,
                              transport="nixl" if nixl else "mooncake")  # fmt: skip
 
 
-def _logprob_extras(c: Choices, t: Transfer) -> Transfer:
-    """A logprob request's top logprobs (half the time: 1 to 20, or one time in eight the row's capacity; values
-    multiples of 1/16 in rank order, distinct ids) and token ids (half the time 1 to 4 distinct ids)."""
+def _logprob_extras(c: Choices, t: Transfer, max_top: int) -> Transfer:
+    """A logprob request's top logprobs (half the time: 1 to 20, or one time in eight the row's capacity, one in
+    eight past it where ``max_top`` allows; values multiples of 1/16 in rank order, distinct ids) and token ids (half
+    the time 1 to 4 distinct ids)."""
     top: tuple[tuple[float, int], ...] = ()
     if c.boolean():
-        k = TOP_LOGPROBS_CAPACITY if c.integer(0, 7) == 7 else c.integer(1, 20)
+        size = c.integer(0, 7)
+        if size == 7:
+            k = TOP_LOGPROBS_CAPACITY
+        elif size == 6 and max_top > TOP_LOGPROBS_CAPACITY:
+            # one past the row half the time (the boundary), else any count up to max_top
+            k = TOP_LOGPROBS_CAPACITY + 1 if c.boolean() else c.integer(TOP_LOGPROBS_CAPACITY + 1, max_top)
+        else:
+            k = c.integer(1, 20)
         rng = random.Random(c.seed())
         values = sorted((-rng.randrange(256) / 16 for _ in range(k)), reverse=True)
         top = tuple(zip(values, distinct_sample(c, 0, VOCAB - 1, k), strict=True))

@@ -87,8 +87,11 @@ KILLERS: dict[str, list[str]] = {
     "Q5": ["XQ14", "XQ16", "XQ17", "XQ26"],
     "Q6": ["XQ18", "XQ19", "XQ20", "XQ22", "XQ24", "XQ29"],
     # Q7: F8's sentinel, the wrong slot's row, a leaked slot, a failure left queued, a one-token request dropped, the
-    # queue reordered, the room read as the token, the logprob and the cached count dropped
+    # queue reordered, the room read as the token, the logprob and the cached count dropped, the top logprobs to the
+    # row's capacity, no token-ids row
     "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09", "XU10", "XU11"],
+    # Q8: no bound on the top logprobs (F9), refused at the capacity, cut to the row
+    "Q8": ["XU12", "XU13", "XU14"],
     "P18p": ["XD02", "XS01", "XS06", "XK05", "XT05"],
 }
 

@@ -26,7 +26,7 @@ T = Transfer(room=0, decode_slot=0, prefill_slot=1, first_token=5)
         ({"room": True}, "room must be an integer"),
         ({"top_logprobs": ((-1.0, 3),)}, "need logprob"),
         ({"token_ids_logprob": (3,)}, "need logprob"),
-        ({"logprob": -1.0, "top_logprobs": ((-1.0, 3),) * 129}, "at most 128 .* capacity"),
+        ({"logprob": -1.0, "top_logprobs": ((-1.0, 3),) * 128257}, "at most 128256 .* got 128257 pairs"),
         ({"logprob": -1.0, "top_logprobs": [(-1.0, 3)]}, "top_logprobs must be a tuple"),
         ({"logprob": -1.0, "top_logprobs": ((-1.0,),)}, "pair"),
         ({"logprob": -1.0, "top_logprobs": ((0.5, 3),)}, "finite float <= 0"),
@@ -130,7 +130,33 @@ def test_the_port_does_what_the_oracle_says(case: TransferQueueCase) -> None:
     assert trace.cached is not None and list(trace.cached) == oracle.cached(case, done)
     assert trace.top is not None and list(trace.top) == oracle.top_logprobs(case, done)
     assert trace.rows is not None and list(trace.rows) == oracle.rows(case, done)
+    assert trace.prefill is not None and list(trace.prefill) == ["admitted"] * len(case.transfers)
     assert not trace.raised
+
+
+@settings(max_examples=200, database=None)
+@given(transfer_queues(max_top_logprobs=256))
+def test_the_port_refuses_what_the_row_cannot_hold(case: TransferQueueCase) -> None:
+    trace = transfer_queue(case, "cpu")
+    assert trace.prefill is not None
+    assert [o.split(":")[0] for o in trace.prefill] == oracle.prefill(case)
+    kept = [i for i, t in enumerate(case.transfers) if not t.top_beyond_row]
+    # a refused request is in none of the pass's lists
+    assert set(trace.committed) | set(trace.aborted) | set(trace.queued) <= set(kept)
+
+
+def test_the_strategy_draws_past_the_row_only_when_asked() -> None:
+    with pytest.raises(InvalidArgument, match="max_top_logprobs"):
+        transfer_queues(max_top_logprobs=127).example()
+    beyond: list[int] = []
+
+    @settings(max_examples=300, database=None)
+    @given(transfer_queues(max_top_logprobs=256))
+    def draws(case: TransferQueueCase) -> None:
+        beyond.extend(len(t.top_logprobs) for t in case.transfers if t.top_beyond_row)
+
+    draws()
+    assert beyond and max(beyond) <= 256 and 129 in beyond, sorted(set(beyond))
 
 
 def test_the_oracle_wants_one_row_per_asked_list() -> None:

@@ -37,7 +37,8 @@ PROMPT = 24
 """Prompt tokens of every queued request (the queue reads none of them; prefill's cache hit is a count of them)."""
 TOP_LOGPROBS_CAPACITY = 128
 """The top logprobs a metadata row holds (``MetadataBuffers(max_top_logprobs_num=128)``, the size every release's
-scheduler builds): a request asking for more fails on prefill (``set_buf``), before any row reaches decode."""
+scheduler builds). The server admits a request asking for more - no release bounds ``top_logprobs_num`` - and SGLang
+states what must become of it: 'TODO: abort top_logprobs_num > 128 in PD' (``MetadataBuffers.__init__``)."""
 LLAMA3_EOS = (128001, 128008, 128009)
 """Llama-3.1-Instruct's eos ids (its configuration's ``eos_token_id``): what the scheduler gives each request as
 ``eos_token_ids``."""
@@ -66,8 +67,8 @@ class Transfer:
     """Prompt tokens prefill found in its prefix cache (``req.cached_tokens``): the usage decode reports."""
     top_logprobs: tuple[tuple[float, int], ...] = ()
     """The first token's top logprobs prefill computed, ``(logprob, token id)`` in rank order, for a request asking
-    for logprobs with ``top_logprobs_num = len(top_logprobs)`` (empty: it asks for none). Each logprob exact in
-    float32, like ``logprob``."""
+    for logprobs with ``top_logprobs_num = len(top_logprobs)`` (empty: it asks for none; more than
+    ``TOP_LOGPROBS_CAPACITY``: more than a metadata row holds). Each logprob exact in float32, like ``logprob``."""
     token_ids_logprob: tuple[int, ...] | None = None
     """The token ids whose logprobs the request asks for at each output token (``token_ids_logprob``), with
     ``logprob``; None: it asks for none."""
@@ -96,14 +97,20 @@ class Transfer:
             raise ValueError(f"cached_tokens must be < {PROMPT} (prefill computes one prompt token at least), got "
                              f"{self.cached_tokens}")  # fmt: skip
 
+    @property
+    def top_beyond_row(self) -> bool:
+        """Whether the request asks for more top logprobs than a metadata row holds (``TOP_LOGPROBS_CAPACITY``)."""
+        return len(self.top_logprobs) > TOP_LOGPROBS_CAPACITY
+
     def _check_logprob_extras(self) -> None:
         asked = self.top_logprobs or self.token_ids_logprob is not None
         if asked and self.logprob is None:
             raise ValueError("top_logprobs and token_ids_logprob need logprob (the request asks for logprobs: "
                              "return_logprob); got them with logprob=None")  # fmt: skip
-        if not isinstance(self.top_logprobs, tuple) or len(self.top_logprobs) > TOP_LOGPROBS_CAPACITY:
-            raise ValueError(f"top_logprobs must be a tuple of at most {TOP_LOGPROBS_CAPACITY} (logprob, id) pairs "
-                             f"(the metadata row's capacity), got {self.top_logprobs!r}")  # fmt: skip
+        if not isinstance(self.top_logprobs, tuple) or len(self.top_logprobs) > VOCAB:
+            got = f"{len(self.top_logprobs)} pairs" if isinstance(self.top_logprobs, tuple) else repr(self.top_logprobs)
+            raise ValueError(f"top_logprobs must be a tuple of at most {VOCAB} (logprob, id) pairs, one per "
+                             f"vocabulary id; got {got}")  # fmt: skip
         for pair in self.top_logprobs:
             if not isinstance(pair, tuple) or len(pair) != 2:
                 raise ValueError(f"top_logprobs[] must be a (logprob, token id) pair, got {pair!r}")
@@ -193,6 +200,11 @@ class TransferTrace:
     top: tuple[tuple[tuple[float, int], ...] | None, ...] | None = None
     """Per committed request: the first token's top logprobs decode committed, ``(logprob, token id)`` pairs (None:
     it asked for no top logprobs). None: the target does not report them."""
+    prefill: tuple[str, ...] | None = None
+    """Per transfer, in queue order, what became of its request on prefill: ``"admitted"`` (the server admitted it
+    and, where its transfer succeeded, prefill wrote its metadata row), ``"refused: <why>"`` (the server's admission
+    refused it: the client got an error, nothing was queued) or ``"raised: <error>"`` (admitted, and prefill's write
+    of its row raised - in the prefill scheduler, which dies). None: the target does not report it."""
     rows: tuple[tuple[int, int | None, int | None] | None, ...] | None = None
     """Per committed request asking for logprobs: how many rows its output logprob lists hold after the commit -
     ``(token logprobs, top logprobs or None, token-ids logprobs or None)``, None for a list it did not ask for - the

@@ -100,3 +100,39 @@ class _NoIdsRow(TransferPass):
 @mutant("XU11", "transfer_queue", "missing field", "no token-ids logprob row reserved for the first token (0.5.22's)")
 def no_token_ids_row(case: TransferQueueCase, device: str) -> TransferTrace:
     return _NoIdsRow(case).run()
+
+
+class _NoTopBound(TransferPass):
+    def admit(self, i: int) -> str:
+        t = self.case.transfers[i]
+        if t.top_beyond_row and t.poll == "success":  # admitted; the row's write raises, as set_buf does
+            return (f"raised: RuntimeError: The expanded size of the tensor ({TOP_LOGPROBS_CAPACITY}) must match the "
+                    f"existing size ({len(t.top_logprobs)})")  # fmt: skip
+        return "admitted"
+
+
+@mutant("XU12", "transfer_queue", "missing check", "no bound on top logprobs: the row's write raises in prefill (F9)")
+def top_unbounded(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _NoTopBound(case).run()
+
+
+class _RefuseAtCapacity(TransferPass):
+    def admit(self, i: int) -> str:
+        if len(self.case.transfers[i].top_logprobs) >= TOP_LOGPROBS_CAPACITY:
+            return "refused: top_logprobs_num reaches the row's capacity"
+        return "admitted"
+
+
+@mutant("XU13", "transfer_queue", "off by one", "a request asking for exactly the row's top logprobs is refused")
+def refuse_at_capacity(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _RefuseAtCapacity(case).run()
+
+
+class _TruncateTop(TransferPass):
+    def admit(self, i: int) -> str:
+        return "admitted"  # past the row, the top logprobs are cut to it and the request goes on
+
+
+@mutant("XU14", "transfer_queue", "silent truncation", "top logprobs past the row admitted and cut to the row")
+def truncate_top(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _TruncateTop(case).run()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdverify.model.transfer_queue import IN_FLIGHT, TransferQueueCase
+from pdverify.model.transfer_queue import IN_FLIGHT, TOP_LOGPROBS_CAPACITY, TransferQueueCase
 
 
 def committed(case: TransferQueueCase) -> list[int]:
@@ -66,3 +66,10 @@ def rows(case: TransferQueueCase, committed: list[int]) -> list[tuple[int, int |
             continue
         out.append((1, 1 if t.top_logprobs else None, None if t.token_ids_logprob is None else 1))
     return out
+
+
+def prefill(case: TransferQueueCase) -> list[str]:
+    """What becomes of each request on prefill: ``"refused"`` when it asks for more top logprobs than a metadata row
+    holds (SGLang: 'abort top_logprobs_num > 128 in PD' - the server turns it away, it never reaches prefill's
+    write), else ``"admitted"``."""
+    return ["refused" if len(t.top_logprobs) > TOP_LOGPROBS_CAPACITY else "admitted" for t in case.transfers]

@@ -11,7 +11,7 @@ left the queue frees its decode slot.
 
 from __future__ import annotations
 
-from pdverify.model.transfer_queue import TransferQueueCase, TransferTrace
+from pdverify.model.transfer_queue import TOP_LOGPROBS_CAPACITY, TransferQueueCase, TransferTrace
 
 Row = tuple[int, int, int, float, int, int, tuple[tuple[float, int], ...]]
 """A metadata row: ``(first token, room, written, first token's logprob, its id, cached tokens, top logprobs)``."""
@@ -29,7 +29,7 @@ def handoff_rows(case: TransferQueueCase) -> list[Row]:
     prefill = [EMPTY] * case.slots
     decode = [EMPTY] * case.slots
     for t in case.transfers:
-        if t.poll == "success":
+        if t.poll == "success" and not t.top_beyond_row:  # a request beyond the row is refused, never queued
             logprob = 0.0 if t.logprob is None else t.logprob
             top = t.top_logprobs if t.logprob is not None else ()
             prefill[t.prefill_slot] = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens, top)
@@ -64,6 +64,15 @@ class TransferPass:
             return None
         return (1, 1 if t.top_logprobs else None, None if t.token_ids_logprob is None else 1)
 
+    def admit(self, i: int) -> str:
+        """The server's admission of transfer ``i``'s request: refused when it asks for more top logprobs than a
+        metadata row holds (SGLang: 'abort top_logprobs_num > 128 in PD'), else admitted."""
+        t = self.case.transfers[i]
+        if t.top_beyond_row:
+            return (f"refused: top_logprobs_num {len(t.top_logprobs)} exceeds the {TOP_LOGPROBS_CAPACITY} top "
+                    "logprobs a PD metadata row holds")  # fmt: skip
+        return "admitted"
+
     def run(self) -> TransferTrace:
         committed: list[int] = []
         tokens: list[int] = []
@@ -74,7 +83,10 @@ class TransferPass:
         aborted: list[int] = []
         queued: list[int] = []
         freed: list[int] = []
+        prefill = [self.admit(i) for i in range(len(self.case.transfers))]
         for i, t in enumerate(self.case.transfers):
+            if prefill[i] != "admitted":  # never queued on decode
+                continue
             if t.poll == "failed":
                 aborted.append(i)
                 freed.append(t.decode_slot)
@@ -104,6 +116,7 @@ class TransferPass:
             cached=tuple(cached),
             top=tuple(top),
             rows=tuple(rows),
+            prefill=tuple(prefill),
         )
 
 

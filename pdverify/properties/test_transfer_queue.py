@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from hypothesis import example
 
-from pdverify.model.transfer_queue import Transfer, TransferQueueCase, TransferTrace
+from pdverify.model.transfer_queue import TOP_LOGPROBS_CAPACITY, Transfer, TransferQueueCase, TransferTrace
 from pdverify.oracle import transfer_queue as oracle
-from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
+from pdverify.properties.registry import Clause, applies, note_event, prop, within_domain, within_release
 from pdverify.properties.releases import FROM_PD_CACHED_TOKENS, FROM_PD_LOGPROB
 from pdverify.strategies.transfer_queue import transfer_queues
 from pdverify.targets import Target
@@ -68,6 +68,8 @@ def _names(indices: tuple[int, ...] | list[int]) -> str:
 )
 def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQueueCase) -> None:
     within_release(case)
+    # a request asking for more top logprobs than the row holds never reaches the queue: Q8's
+    within_domain(not any(t.top_beyond_row for t in case.transfers), "top logprobs beyond the metadata row")
     trace: TransferTrace = target.require("transfer_queue")(case, device)
     polls = {t.poll for t in case.transfers}
     note_event("a transfer in bootstrap room 0" if any(t.room == 0 for t in case.transfers) else "no room 0")
@@ -125,4 +127,36 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
         )
         assert list(trace.freed) == oracle.freed(case), (
             f"freed decode slots {list(trace.freed)}, expected those of the requests that left {oracle.freed(case)}"
+        )
+
+
+@prop(
+    "Q8",
+    "a request the PD server admits never takes prefill down: one asking for more top logprobs than decode's metadata "
+    f"row holds ({TOP_LOGPROBS_CAPACITY}) is turned away (SGLang: 'TODO: abort top_logprobs_num > 128 in PD'); every "
+    "other request is admitted and its row written",
+    clauses=(
+        Clause(
+            "prefill_write",
+            FROM_PD_LOGPROB,
+            "each request admitted and its row written, or, past the row's top logprobs, refused; prefill never raises",
+        ),
+    ),
+    needs=NEEDS,
+    case=transfer_queues(max_top_logprobs=2 * TOP_LOGPROBS_CAPACITY),
+)
+def test_q8_prefill_writes_every_admitted_row(target: Target, device: str, case: TransferQueueCase) -> None:
+    within_release(case)
+    beyond = [i for i, t in enumerate(case.transfers) if t.top_beyond_row]
+    note_event("top logprobs beyond the row" if beyond else "every request within the row")
+    trace: TransferTrace = target.require("transfer_queue")(case, device)
+    if applies("prefill_write"):
+        assert trace.prefill is not None, "the target does not report what prefill made of each request (prefill)"
+        got = [outcome.split(":", 1)[0] for outcome in trace.prefill]
+        want = oracle.prefill(case)
+        detail = "; ".join(f"#{i}: {o}" for i, o in enumerate(trace.prefill) if not o.startswith("admitted"))
+        asked = {f"#{i}": len(case.transfers[i].top_logprobs) for i in beyond}
+        assert got == want, (
+            f"prefill's outcome per request {got}, expected {want} (the requests asking for more top logprobs than "
+            f"the row's {TOP_LOGPROBS_CAPACITY}: {asked}, refused; the rest admitted): {detail or 'nothing refused'}"
         )

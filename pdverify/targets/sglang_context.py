@@ -105,6 +105,25 @@ def server_args(mode: str, flags: Flags, *, resolved: bool) -> Any:  # pragma: n
         raise ServerRefuses(f"ServerArgs refuses {dict(flags)}: {exc}") from None
 
 
+def server_published(mode: str, flags: Flags = ()) -> contextlib.AbstractContextManager[Any] | None:  # pragma: no cover
+    """The server's configuration published as a ``mode`` server of the installed release publishes it, for a
+    block: SGLang's own context (0.5.22 on); a ``RuntimeContext`` holding the server arguments, swapped in as the
+    process context (0.5.15-0.5.21); the global server arguments patched in (0.5.3.post2-0.5.14). None before, where
+    the release publishes nothing of the kind (the callers set what those releases read)."""
+    from sglang.srt import server_args as server_args_module
+
+    stack = published(mode, {}, flags)
+    if stack is not None:
+        return stack
+    runtime = _runtime_module()
+    if runtime is not None and hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args"):
+        return _as_process_context(runtime, _runtime_context(runtime, flags))
+    if hasattr(server_args_module, "set_global_server_args_for_scheduler"):
+        args = server_args(mode, flags, resolved=False)  # refuses a flag the release does not have
+        return mock.patch.object(server_args_module, "_global_server_args", args)
+    return None
+
+
 @contextlib.contextmanager
 def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance venv
     """What a decode scheduler of the installed release has published when it calls ``prepare_for_prebuilt`` on
@@ -136,8 +155,6 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
     the server's tokenizer, None with ``--skip-tokenizer-init``) and ``verify`` (what the tokenizer manager runs
     before a request reaches a scheduler): a request they refuse raises ``ServerRefuses``.
     """
-    from sglang.srt import server_args as server_args_module
-
     server = getattr(batch, "pdverify_server", None)
     tokenizer = None if server is None else server_tokenizer(server)
     if tokenizer is not None:
@@ -148,21 +165,12 @@ def prebuilt_scheduler(batch: Any) -> Any:  # pragma: no cover - conformance ven
         eos_ids = model_eos_token_ids(server)  # one set for every request, as the scheduler's model config is one
         for req in batch.reqs:
             req.tokenizer, req.eos_token_ids = tokenizer, eos_ids
-    stack = published("decode", {}, flags)
-    if stack is not None:
-        with stack:
-            yield
-        return
-    runtime = _runtime_module()
-    if runtime is not None and hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args"):
-        with _as_process_context(runtime, _runtime_context(runtime, flags)):
+    scope = server_published("decode", flags)
+    if scope is not None:
+        with scope:
             yield
         return
     args = server_args("decode", flags, resolved=False)  # refuses a flag the release does not have
-    if hasattr(server_args_module, "set_global_server_args_for_scheduler"):
-        with mock.patch.object(server_args_module, "_global_server_args", args):
-            yield
-        return
     if _batch_flag():
         batch.enable_custom_logit_processor = args.enable_custom_logit_processor
         yield

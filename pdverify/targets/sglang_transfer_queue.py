@@ -26,6 +26,7 @@ decode scheduler's output streamer and metrics (recorded, off) and the KV releas
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import inspect
 import traceback
@@ -171,6 +172,50 @@ def _prefill_outputs(req: Any, t: Transfer) -> None:  # pragma: no cover - confo
             lists.output_token_ids_logprobs_idx = [list(t.token_ids_logprob)]
 
 
+CONTEXT_LEN = 8192
+"""The model's context length the admission reads (Llama-3.1-8B served with ``--context-length 8192``)."""
+
+
+def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no cover - conformance venv
+    """The server's admission of the request: the release's own ``TokenizerManager._validate_one_request`` (0.4.9
+    on; ``_validate_token_len`` before) on the request as ``GenerateReqInput`` - normalised by its own
+    ``normalize_batch_and_arguments`` - run on a tokenizer manager holding the model's vocabulary and context length,
+    under the prefill server's published configuration (``server_published``). ``"admitted"``, or ``"refused: <its
+    error>"`` (what the client gets back)."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    from pdverify.targets.sglang_context import context, server_args, server_published
+
+    fields: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": {"max_new_tokens": t.max_new_tokens}}
+    if t.logprob is not None:
+        fields.update(return_logprob=True, top_logprobs_num=len(t.top_logprobs))
+        if t.token_ids_logprob is not None:
+            fields.update(token_ids_logprob=list(t.token_ids_logprob))
+    manager = sg.TokenizerManager.__new__(sg.TokenizerManager)
+    model = SimpleNamespace(joint_head_config=None, pointer_head=None, vocab_size=VOCAB, is_matryoshka=False,
+                            context_len=CONTEXT_LEN, is_multimodal=False)  # fmt: skip
+    shell = {"context_len": CONTEXT_LEN, "max_req_input_len": CONTEXT_LEN, "num_reserved_tokens": 0,
+             "reserve_input_token_num": 0, "allow_auto_truncate": False, "validate_total_tokens": True,
+             "is_generation": True, "model_config": model}  # fmt: skip
+    # the server's arguments as the manager holds them (built through the constructor where SGLang publishes a context)
+    shell["server_args"] = server_args("prefill", (), resolved=context("prefill") is not None)
+    scope = server_published("prefill")
+    for name, value in shell.items():
+        setattr(manager, name, value)
+    validate = getattr(sg.TokenizerManager, "_validate_one_request", None)
+    try:
+        with scope if scope is not None else contextlib.nullcontext():
+            obj = GenerateReqInput(**fields)
+            obj.normalize_batch_and_arguments()
+            if validate is not None:
+                validate(manager, obj, list(prompt))
+            else:
+                manager._validate_token_len(obj, list(prompt))
+    except ValueError as e:
+        return f"refused: {e}"
+    return "admitted"
+
+
 def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
     def failure_exception() -> None:
         raise RuntimeError("the prefill peer reported the KV transfer failed")
@@ -267,8 +312,12 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     prefill_rows, decode_rows = _metadata_buffers(sg, case.slots), _metadata_buffers(sg, case.slots)
     prompt = [(7 * t + 11) % 30000 for t in range(PROMPT)]
     eos = _model_eos_ids(case)
-    entries, requests = [], []
+    entries, requests, queued_at = [], [], []
+    outcomes: list[str] = []
     for i, t in enumerate(case.transfers):
+        outcomes.append(_admission(sg, t, prompt))
+        if outcomes[-1] != "admitted":  # turned away at the door: never queued on either side
+            continue
         fields: dict[str, Any] = {
             "bootstrap_host": "10.0.0.1",
             "bootstrap_port": 8998,
@@ -283,11 +332,18 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         if t.poll == "success":  # the receiver reports success once every chunk and prefill's row have landed
             preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
             _prefill_outputs(preq, t)
-            _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
-            aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
+            try:
+                _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
+            except Exception as e:  # raised in prefill's scheduler loop, which nothing catches: prefill dies
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                outcomes[-1] = f"raised: {type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:" \
+                               f"{where.lineno})"  # fmt: skip
+            else:
+                aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
         req.sampling_params.normalize(None)  # as the tokenizer manager hands it over (stop strings made lists)
         requests.append(req)
+        queued_at.append(i)
         entries.append(
             sg.DecodeRequest(req=req, kv_receiver=_receiver(sg, t.poll), metadata_buffer_index=t.decode_slot)
         )
@@ -331,7 +387,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     cached: list[int] = []
     top: list[tuple[tuple[float, int], ...] | None] = []
     rows: list[tuple[int, int | None, int | None] | None] = []
-    for i, req in enumerate(requests):
+    for i, req in zip(queued_at, requests, strict=True):  # i: the case's index of each queued request
         if id(req) in left:
             continue
         reason = req.finished_reason
@@ -348,13 +404,14 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             top.append(_committed_top(req, case.transfers[i]))
             rows.append(_committed_rows(req, case.transfers[i]))
     freed = sorted(set(allocator.free_slots) - set(before))
-    index = {id(r): i for i, r in enumerate(requests)}
+    index = {id(r): i for i, r in zip(queued_at, requests, strict=True)}
     queue_order = [index[id(e.req)] for e in queue.queue]
     if queue_order != sorted(queue_order):
         raised = raised or f"the queue after the pass is out of order: {queue_order}"
     return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
                          queued=tuple(queue_order), freed=tuple(freed), raised=raised, logprobs=tuple(logprobs),
-                         cached=tuple(cached), top=tuple(top), rows=tuple(rows))  # fmt: skip
+                         cached=tuple(cached), top=tuple(top), rows=tuple(rows),
+                         prefill=tuple(outcomes))  # fmt: skip
 
 
 def _modules() -> Any:  # pragma: no cover - conformance venv
@@ -363,6 +420,7 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
     from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
     nixl: Any = None  # before 0.4.5.post3 (#5477) no NIXL transport: never drawn there
     try:
@@ -382,4 +440,5 @@ def _modules() -> Any:  # pragma: no cover - conformance venv
         MooncakeKVManager=MooncakeKVManager,
         NixlKVManager=nixl,
         FINISH_ABORT=FINISH_ABORT,
+        TokenizerManager=TokenizerManager,
     )
