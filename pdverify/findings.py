@@ -293,6 +293,34 @@ def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return False
 
 
+def _f9_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A request asking for more top logprobs than decode's metadata row holds (``top_logprobs_num`` past 128): the
+    server admits it, and prefill's write of its row raises once its transfer completes."""
+    case = kwargs.get("case")
+    return isinstance(case, TransferQueueCase) and any(t.top_beyond_row for t in case.transfers)
+
+
+_F9_OUTCOMES = re.compile(r"prefill's outcome per request (\[[^\]]*\]), expected (\[[^\]]*\])")
+
+
+def _f9_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q8's message when exactly the requests past the row's top logprobs were admitted where they should have been
+    refused - each one either raised in prefill's write (its transfer completed) or is still admitted (in flight)."""
+    case = kwargs["case"]
+    found = _F9_OUTCOMES.search(message.split("\n", 1)[0])
+    if found is None:
+        return False
+    try:
+        got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
+    except (ValueError, SyntaxError):
+        return False
+    if len(got) != len(case.transfers) or len(want) != len(got):
+        return False
+    wrong = {i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w}
+    beyond = {i for i, t in enumerate(case.transfers) if t.top_beyond_row}
+    return bool(wrong) and wrong == beyond and all(got[i] in ("raised", "admitted") for i in wrong)
+
+
 def _t30_shows(kwargs: Mapping[str, Any]) -> bool:
     """A transferred request that asks for logprobs and names token ids (``token_ids_logprob``): decode's commit
     appends the first token's row to its token logprobs but none to its token-ids logprobs."""
@@ -1491,6 +1519,8 @@ T26_RELEASES = (*QUEUE_RELEASES[QUEUE_RELEASES.index("0.5.3") :], "0.5.20")
 F7_RELEASES = (*T28_RELEASES, "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 """F7's releases: every release (no release's ``SamplingParams.verify`` checks ``stop_token_ids`` against the
 vocabulary; upstream #27398 and #31561, which proposed it, were closed unmerged)."""
+F9_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.6.post5") :]
+"""PD logprobs (#6558, 0.4.6.post5) on: no release bounds ``top_logprobs_num`` by the metadata row's 128."""
 T30_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.6.post5") : F7_RELEASES.index("0.5.23")]
 """PD logprobs (#6558, 0.4.6.post5) to 0.5.22: 0.5.23's commit reserves the first token's token-ids row."""
 
@@ -1568,6 +1598,20 @@ KNOWN: dict[str, KnownDefect] = {
             "0.4.8.post1 by #7516, NIXL's in 0.5.3.post1 by #11375)",
             _t29_shows,
             _t29_explains,
+        ),
+        KnownDefect(
+            "F9",
+            "Q8",
+            "sglang",
+            F9_RELEASES,
+            "a request asking for more top logprobs than decode's metadata row holds (top_logprobs_num > 128, e.g. "
+            "OpenAI top_logprobs=200): the PD server admits it - no release bounds the count - and when its KV "
+            "transfer completes prefill's MetadataBuffers.set_buf raises (0.5.16 on: 'exceeds disaggregation metadata "
+            "capacity'; before, a tensor size mismatch) inside the prefill scheduler's loop, which nothing catches: "
+            "the prefill server dies with every request in flight (SGLang's own 'TODO: abort top_logprobs_num > 128 "
+            "in PD'; not fixed, upstream #30894 open)",
+            _f9_shows,
+            _f9_explains,
         ),
         KnownDefect(
             "T30",

@@ -864,3 +864,27 @@ def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> 
     assert t29.explains(case, top.format("[((0.0, 0), (0.0, 0))]", want))
     assert not t29.explains(case, top.format("[((0.0, 0),)]", want))  # one pair short: not the cleared row
     assert not t29.explains(case, top.format("[((-0.5, 9), (0.0, 7))]", want))
+
+
+def test_f9_is_a_request_past_the_row_admitted() -> None:
+    """F9 (0.4.6.post5-0.5.23): a request asking for more top logprobs than the metadata row holds is admitted. It
+    shows only where a request asks past the row, and explains Q8's message only when exactly those requests were
+    admitted (raised in prefill's write, or admitted in flight) where a refusal was due."""
+    from pdverify.model.transfer_queue import Transfer, TransferQueueCase
+
+    f9 = KNOWN["F9"]
+    assert (f9.releases[0], f9.releases[-1], f9.properties()) == ("0.4.6.post5", "0.5.23", ("Q8",))
+    past = Transfer(room=3, decode_slot=0, prefill_slot=0, first_token=1, logprob=-1.0,
+                    top_logprobs=tuple((-1.0, k) for k in range(129)))  # fmt: skip
+    within = replace(past, room=4, decode_slot=1, prefill_slot=1, top_logprobs=((-1.0, 2),))
+    case = {"case": TransferQueueCase(transfers=(past, within), slots=2)}
+    assert f9.shows(case) and not f9.shows({"case": TransferQueueCase(transfers=(within,), slots=2)})
+    assert not f9.shows({"case": None})
+    head = "prefill's outcome per request {}, expected ['refused', 'admitted'] (the requests asking for more"
+    assert f9.explains(case, head.format("['raised', 'admitted']"))
+    assert f9.explains(case, head.format("['admitted', 'admitted']"))  # in flight: admitted, its write to come
+    assert not f9.explains(case, head.format("['raised', 'raised']"))  # a request within the row raised too
+    assert not f9.explains(case, head.format("['refused', 'admitted']"))  # no difference
+    assert not f9.explains(case, head.format("['raised']"))  # a request missing
+    assert not f9.explains(case, head.format("['raised', admitted]"))  # unreadable
+    assert not f9.explains(case, "committed [#1], expected every successful transfer [#0, #1] (rooms [3, 4])")
