@@ -178,7 +178,8 @@ CONTEXT_LEN = 8192
 
 def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no cover - conformance venv
     """The server's admission of the request: the release's own ``TokenizerManager._validate_one_request`` (0.4.9
-    on; ``_validate_token_len`` before) on the request as ``GenerateReqInput`` - normalised by its own
+    on; ``_validate_token_len`` from 0.4.6; before, the checks are inline in ``_tokenize_one_request`` and read no
+    logprob field: admitted) on the request as ``GenerateReqInput`` - normalised by its own
     ``normalize_batch_and_arguments`` - run on a tokenizer manager holding the model's vocabulary and context length,
     under the prefill server's published configuration (``server_published``). ``"admitted"``, or ``"refused: <its
     error>"`` (what the client gets back)."""
@@ -203,6 +204,10 @@ def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no co
     for name, value in shell.items():
         setattr(manager, name, value)
     validate = getattr(sg.TokenizerManager, "_validate_one_request", None)
+    if validate is None and not hasattr(sg.TokenizerManager, "_validate_token_len"):
+        # to 0.4.5.post3 the checks are inline in _tokenize_one_request (it needs a tokenizer): they read the prompt's
+        # length and max_new_tokens, no logprob field, and admit every drawn request (24 tokens, at most 16 new)
+        return "admitted"
     try:
         with scope if scope is not None else contextlib.nullcontext():
             obj = GenerateReqInput(**fields)
