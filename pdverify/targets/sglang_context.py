@@ -105,6 +105,16 @@ def server_args(mode: str, flags: Flags, *, resolved: bool) -> Any:  # pragma: n
         raise ServerRefuses(f"ServerArgs refuses {dict(flags)}: {exc}") from None
 
 
+def builds_server_args() -> bool:  # pragma: no cover - conformance venv
+    """Whether the installed release's ``ServerArgs`` are built through their constructor here (``server_args(...,
+    resolved=True)``): where SGLang projects them into a runtime context (0.5.15 on), as the scheduler does; before,
+    each field at its declared default (0.5.3.post2-0.5.5's constructor reads the model's files)."""
+    runtime = _runtime_module()
+    return runtime is not None and (
+        hasattr(runtime, "create_context") or hasattr(getattr(runtime, "RuntimeContext", None), "set_server_args")
+    )
+
+
 def server_published(mode: str, flags: Flags = ()) -> contextlib.AbstractContextManager[Any] | None:  # pragma: no cover
     """The server's configuration published as a ``mode`` server of the installed release publishes it, for a
     block: SGLang's own context (0.5.22 on); a ``RuntimeContext`` holding the server arguments, swapped in as the

@@ -185,7 +185,7 @@ def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no co
     error>"`` (what the client gets back)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from pdverify.targets.sglang_context import context, server_args, server_published
+    from pdverify.targets.sglang_context import builds_server_args, server_args, server_published
 
     fields: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": {"max_new_tokens": t.max_new_tokens}}
     if t.logprob is not None:
@@ -199,7 +199,7 @@ def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no co
              "reserve_input_token_num": 0, "allow_auto_truncate": False, "validate_total_tokens": True,
              "is_generation": True, "model_config": model}  # fmt: skip
     # the server's arguments as the manager holds them (built through the constructor where SGLang publishes a context)
-    shell["server_args"] = server_args("prefill", (), resolved=context("prefill") is not None)
+    shell["server_args"] = server_args("prefill", (), resolved=builds_server_args())
     scope = server_published("prefill")
     for name, value in shell.items():
         setattr(manager, name, value)
