@@ -266,6 +266,18 @@ _T29_LISTS = (
 )
 
 
+def _got_and_wanted(pattern: re.Pattern[str], message: str) -> tuple[Any, Any] | None:
+    """The two Python literals ``pattern``'s groups capture in the first line of an assertion message (what the
+    target did, what the oracle wanted), or None where the line does not match or a literal does not parse."""
+    found = pattern.search(message.split("\n", 1)[0])
+    if found is None:
+        return None
+    try:
+        return ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
+    except (ValueError, SyntaxError):
+        return None
+
+
 def _t29_cleared(which: int, want: Any) -> Any:
     """What decode's own cleared row commits in place of ``want``: a logprob of ``(0.0, 0)``, 0 cached tokens, the
     top logprobs as many ``(0.0, 0)`` pairs as the request asked for."""
@@ -278,15 +290,13 @@ def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q7's message when what the committed requests hold past their token is decode's own cleared row - a
     first-token logprob of ``(0.0, 0)`` where prefill computed another, 0 cached tokens where prefill cached some -
     and nothing else differs: the aux transfer moved the output-id buffer only."""
-    line = message.split("\n", 1)[0]
     for which, pattern in enumerate(_T29_LISTS):
-        found = pattern.search(line)
-        if found is None:
+        if pattern.search(message.split("\n", 1)[0]) is None:
             continue
-        try:
-            got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
-        except (ValueError, SyntaxError):
+        pair = _got_and_wanted(pattern, message)
+        if pair is None:
             return False
+        got, want = pair
         if len(got) != len(want) or got == want:
             return False
         return all(g == w or (w is not None and g == _t29_cleared(which, w)) for g, w in zip(got, want, strict=True))
@@ -307,13 +317,10 @@ def _f9_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q8's message when exactly the requests past the row's top logprobs were admitted where they should have been
     refused - each one either raised in prefill's write (its transfer completed) or is still admitted (in flight)."""
     case = kwargs["case"]
-    found = _F9_OUTCOMES.search(message.split("\n", 1)[0])
-    if found is None:
+    pair = _got_and_wanted(_F9_OUTCOMES, message)
+    if pair is None:
         return False
-    try:
-        got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
-    except (ValueError, SyntaxError):
-        return False
+    got, want = pair
     if len(got) != len(case.transfers) or len(want) != len(got):
         return False
     wrong = {i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w}
@@ -338,13 +345,10 @@ _T30_ROWS = re.compile(r"hold \(token, top, token-ids\) logprob rows (\[.*\]) fo
 def _t30_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q7's message when the committed requests' logprob rows differ from one per list only in the token-ids list,
     empty (0 rows) for each request that named token ids."""
-    found = _T30_ROWS.search(message.split("\n", 1)[0])
-    if found is None:
+    pair = _got_and_wanted(_T30_ROWS, message)
+    if pair is None:
         return False
-    try:
-        got, want = ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
-    except (ValueError, SyntaxError):
-        return False
+    got, want = pair
     if len(got) != len(want) or got == want:
         return False
     return all(g == w or (w is not None and w[2] == 1 and g == (w[0], w[1], 0)) for g, w in zip(got, want, strict=True))

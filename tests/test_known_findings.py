@@ -864,6 +864,7 @@ def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> 
     assert t29.explains(case, top.format("[((0.0, 0), (0.0, 0))]", want))
     assert not t29.explains(case, top.format("[((0.0, 0),)]", want))  # one pair short: not the cleared row
     assert not t29.explains(case, top.format("[((-0.5, 9), (0.0, 7))]", want))
+    assert not t29.explains(case, top.format("[(0.0, x)]", want))  # unreadable
 
 
 def test_f9_is_a_request_past_the_row_admitted() -> None:
