@@ -21,6 +21,7 @@ module holds what they cannot - the predicates - and a test keeps the two in ste
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -290,17 +291,20 @@ def _t29_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q7's message when what the committed requests hold past their token is decode's own cleared row - a
     first-token logprob of ``(0.0, 0)`` where prefill computed another, 0 cached tokens where prefill cached some -
     and nothing else differs: the aux transfer moved the output-id buffer only."""
-    for which, pattern in enumerate(_T29_LISTS):
-        if pattern.search(message.split("\n", 1)[0]) is None:
-            continue
+    for which, pattern in enumerate(_T29_LISTS):  # the clauses' messages: at most one matches
         pair = _got_and_wanted(pattern, message)
-        if pair is None:
-            return False
-        got, want = pair
-        if len(got) != len(want) or got == want:
-            return False
-        return all(g == w or (w is not None and g == _t29_cleared(which, w)) for g, w in zip(got, want, strict=True))
+        if pair is not None:
+            return _differs_only_as(pair, functools.partial(_t29_cleared, which))
     return False
+
+
+def _differs_only_as(pair: tuple[Any, Any], defect: Callable[[Any], Any]) -> bool:
+    """Whether what the target did differs from what the oracle wanted, entry by entry, and only where the entry is
+    the defect's form of the wanted one (``defect(wanted)``; no entry where the oracle wanted None)."""
+    got, want = pair
+    if len(got) != len(want) or got == want:
+        return False
+    return all(g == w or (w is not None and g == defect(w)) for g, w in zip(got, want, strict=True))
 
 
 def _f9_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -346,12 +350,8 @@ def _t30_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q7's message when the committed requests' logprob rows differ from one per list only in the token-ids list,
     empty (0 rows) for each request that named token ids."""
     pair = _got_and_wanted(_T30_ROWS, message)
-    if pair is None:
-        return False
-    got, want = pair
-    if len(got) != len(want) or got == want:
-        return False
-    return all(g == w or (w is not None and w[2] == 1 and g == (w[0], w[1], 0)) for g, w in zip(got, want, strict=True))
+    # the defect's form of a wanted (token, top, 1): the same, with no token-ids row; a request naming no ids has none
+    return pair is not None and _differs_only_as(pair, lambda w: (w[0], w[1], 0) if w[2] == 1 else w)
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:

@@ -31,8 +31,8 @@ def handoff_rows(case: TransferQueueCase) -> list[Row]:
     for t in case.transfers:
         if t.poll == "success" and not t.top_beyond_row:  # a request beyond the row is refused, never queued
             logprob = 0.0 if t.logprob is None else t.logprob
-            top = t.top_logprobs if t.logprob is not None else ()
-            prefill[t.prefill_slot] = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens, top)
+            row = (t.first_token, t.room, 1, logprob, t.first_token, t.cached_tokens, t.top_logprobs)
+            prefill[t.prefill_slot] = row
             decode[t.decode_slot] = prefill[t.prefill_slot]
     return decode
 
@@ -103,7 +103,7 @@ class TransferPass:
             tokens.append(row[0])
             logprobs.append(None if t.logprob is None else (row[3], row[4]))
             cached.append(row[5])
-            asked = len(t.top_logprobs) if t.logprob is not None else 0
+            asked = len(t.top_logprobs)  # top logprobs come with logprob only (the model refuses them alone)
             top.append(self.top(row, asked) if asked else None)
             rows.append(self.rows_after(i))
         return TransferTrace(

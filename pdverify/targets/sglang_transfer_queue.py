@@ -30,7 +30,7 @@ import contextlib
 import ctypes
 import inspect
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -176,49 +176,65 @@ CONTEXT_LEN = 8192
 """The model's context length the admission reads (Llama-3.1-8B served with ``--context-length 8192``)."""
 
 
-def _admission(sg: Any, t: Transfer, prompt: list[int]) -> str:  # pragma: no cover - conformance venv
-    """The server's admission of the request: the release's own ``TokenizerManager._validate_one_request`` (0.4.9
+def _logprob_fields(t: Transfer) -> dict[str, Any]:
+    """What the request asks of logprobs, as the API carries it: ``return_logprob`` with ``top_logprobs_num`` and the
+    named ids (``token_ids_logprob``) where drawn; nothing for a request asking for none."""
+    if t.logprob is None:
+        return {}
+    fields: dict[str, Any] = {"return_logprob": True, "top_logprobs_num": len(t.top_logprobs)}
+    if t.token_ids_logprob is not None:
+        fields["token_ids_logprob"] = list(t.token_ids_logprob)
+    return fields
+
+
+def _admission(sg: Any, prompt: list[int]) -> Callable[[Transfer], str]:  # pragma: no cover - conformance venv
+    """The server's admission of each request: the release's own ``TokenizerManager._validate_one_request`` (0.4.9
     on; ``_validate_token_len`` from 0.4.6; before, the checks are inline in ``_tokenize_one_request`` and read no
     logprob field: admitted) on the request as ``GenerateReqInput`` - normalised by its own
-    ``normalize_batch_and_arguments`` - run on a tokenizer manager holding the model's vocabulary and context length,
-    under the prefill server's published configuration (``server_published``). ``"admitted"``, or ``"refused: <its
-    error>"`` (what the client gets back)."""
+    ``normalize_batch_and_arguments`` - run on a tokenizer manager holding the model's vocabulary and context length
+    (built once per pass), under the prefill server's published configuration (``server_published``). Each call
+    gives ``"admitted"``, or ``"refused: <its error>"`` (what the client gets back)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
     from pdverify.targets.sglang_context import builds_server_args, server_args, server_published
 
-    fields: dict[str, Any] = {"input_ids": list(prompt), "sampling_params": {"max_new_tokens": t.max_new_tokens}}
-    if t.logprob is not None:
-        fields.update(return_logprob=True, top_logprobs_num=len(t.top_logprobs))
-        if t.token_ids_logprob is not None:
-            fields.update(token_ids_logprob=list(t.token_ids_logprob))
+    validate = getattr(sg.TokenizerManager, "_validate_one_request", None)
+    if validate is None and not hasattr(sg.TokenizerManager, "_validate_token_len"):
+        # to 0.4.5.post3 the checks are inline in _tokenize_one_request (it needs a tokenizer): they read the prompt's
+        # length and max_new_tokens, no logprob field, and admit every drawn request (24 tokens, at most 16 new)
+        return lambda t: "admitted"
     manager = sg.TokenizerManager.__new__(sg.TokenizerManager)
     model = SimpleNamespace(joint_head_config=None, pointer_head=None, vocab_size=VOCAB, is_matryoshka=False,
                             context_len=CONTEXT_LEN, is_multimodal=False)  # fmt: skip
     shell = {"context_len": CONTEXT_LEN, "max_req_input_len": CONTEXT_LEN, "num_reserved_tokens": 0,
              "reserve_input_token_num": 0, "allow_auto_truncate": False, "validate_total_tokens": True,
-             "is_generation": True, "model_config": model}  # fmt: skip
-    # the server's arguments as the manager holds them (built through the constructor where SGLang publishes a context)
-    shell["server_args"] = server_args("prefill", (), resolved=builds_server_args())
-    scope = server_published("prefill")
+             "is_generation": True, "model_config": model,
+             # the server's arguments as the manager holds them (through the constructor where SGLang publishes them)
+             "server_args": server_args("prefill", (), resolved=builds_server_args())}  # fmt: skip
     for name, value in shell.items():
         setattr(manager, name, value)
-    validate = getattr(sg.TokenizerManager, "_validate_one_request", None)
-    if validate is None and not hasattr(sg.TokenizerManager, "_validate_token_len"):
-        # to 0.4.5.post3 the checks are inline in _tokenize_one_request (it needs a tokenizer): they read the prompt's
-        # length and max_new_tokens, no logprob field, and admit every drawn request (24 tokens, at most 16 new)
+    check = validate if validate is not None else type(manager)._validate_token_len
+
+    def admit(t: Transfer) -> str:
+        fields = {"input_ids": list(prompt), "sampling_params": {"max_new_tokens": t.max_new_tokens},
+                  **_logprob_fields(t)}  # fmt: skip
+        scope = server_published("prefill")
+        try:
+            with scope if scope is not None else contextlib.nullcontext():
+                obj = GenerateReqInput(**fields)
+                obj.normalize_batch_and_arguments()
+                check(manager, obj, list(prompt))
+        except ValueError as e:
+            return f"refused: {e}"
         return "admitted"
-    try:
-        with scope if scope is not None else contextlib.nullcontext():
-            obj = GenerateReqInput(**fields)
-            obj.normalize_batch_and_arguments()
-            if validate is not None:
-                validate(manager, obj, list(prompt))
-            else:
-                manager._validate_token_len(obj, list(prompt))
-    except ValueError as e:
-        return f"refused: {e}"
-    return "admitted"
+
+    return admit
+
+
+def _raised(e: BaseException) -> str:
+    """An exception out of SGLang's code as a verdict: its type, message and where in SGLang it was raised."""
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:{where.lineno})"
 
 
 def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
@@ -276,7 +292,7 @@ def _committed_logprob(req: Any, asked: float | None) -> tuple[float, int] | Non
 def _committed_top(req: Any, t: Transfer) -> tuple[tuple[float, int], ...] | None:  # pragma: no cover
     """The first token's top logprobs decode committed, ``(logprob, token id)`` pairs (the last row of its top
     lists; empty when the lists are), None for a request that asked for none."""
-    if t.logprob is None or not t.top_logprobs:
+    if not t.top_logprobs:  # top logprobs come with logprob only (the model refuses them alone)
         return None
     lists = _logprob_lists(req)
     vals, idxs = lists.output_top_logprobs_val or [], lists.output_top_logprobs_idx or []
@@ -319,8 +335,9 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     eos = _model_eos_ids(case)
     entries, requests, queued_at = [], [], []
     outcomes: list[str] = []
+    admit = _admission(sg, prompt)
     for i, t in enumerate(case.transfers):
-        outcomes.append(_admission(sg, t, prompt))
+        outcomes.append(admit(t))
         if outcomes[-1] != "admitted":  # turned away at the door: never queued on either side
             continue
         fields: dict[str, Any] = {
@@ -330,19 +347,14 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             "eos_token_ids": eos,
             "vocab_size": VOCAB,
         }
-        if t.logprob is not None:  # the request asks for logprobs, its top logprobs and named ids' where drawn
-            fields.update(return_logprob=True, top_logprobs_num=len(t.top_logprobs))
-            if t.token_ids_logprob is not None:
-                fields.update(token_ids_logprob=list(t.token_ids_logprob))
+        fields.update(_logprob_fields(t))  # its logprobs, top logprobs and named ids' where drawn
         if t.poll == "success":  # the receiver reports success once every chunk and prefill's row have landed
             preq = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
             _prefill_outputs(preq, t)
             try:
                 _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
             except Exception as e:  # raised in prefill's scheduler loop, which nothing catches: prefill dies
-                where = traceback.extract_tb(e.__traceback__)[-1]
-                outcomes[-1] = f"raised: {type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:" \
-                               f"{where.lineno})"  # fmt: skip
+                outcomes[-1] = f"raised: {_raised(e)}"
             else:
                 aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
@@ -382,8 +394,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
         with released(sg):
             returned = list(queue.pop_transferred())
     except Exception as e:  # the pass raising takes the scheduler down: a verdict, reported
-        where = traceback.extract_tb(e.__traceback__)[-1]
-        raised = f"{type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:{where.lineno})"
+        raised = _raised(e)
     left = {id(e.req) for e in queue.queue}
     # 0.4.6-0.4.6.post4 return the DecodeRequest entries (their caller takes each entry's req), the rest the Req
     returned_ids = {id(r.req if isinstance(r, sg.DecodeRequest) else r) for r in returned}
