@@ -1,11 +1,13 @@
 """Hypothesis strategies for pdverify's domain: paged layouts, PD pairs, chunk schedules, requests,
-batches, scheduler-level cases (one request on either side, decode's pre-allocation and transfer queues).
+batches, scheduler-level cases (one request on either side, decode's pre-allocation and transfer queues), and the
+generate calls a PD router sends.
 
 Import as ``from pdverify.strategies import paged_rows, batches``; every strategy validates its arguments and raises
 ``hypothesis.errors.InvalidArgument`` on bad ones.
 """
 
 from pdverify.strategies.checksum import checksum_cases
+from pdverify.strategies.dispatch import generate_calls
 from pdverify.strategies.exchange import (
     bootstrap_settings,
     decode_cases,
@@ -41,6 +43,7 @@ __all__ = [
     "chunk_schedules",
     "decode_cases",
     "decode_queues",
+    "generate_calls",
     "index_dtypes",
     "page_sizes",
     "paged_rows",

@@ -30,6 +30,7 @@ def test_catalogue_is_large_and_covers_every_function() -> None:
         "minimax_index_transfer_pages", "translate_token_ids", "send_kv_chunk", "decode_page_indices",
         "prepare_for_prebuilt",
         "prefill_exchange", "kv_sender", "bootstrap", "decode_prealloc", "decode_queue", "transfer_queue",
+        "generate_dispatch",
         "wire_roundtrip", "kv_checksum",
     }  # fmt: skip
     assert all(m.description and m.fault_class for m in cat.values())

@@ -92,6 +92,9 @@ KILLERS: dict[str, list[str]] = {
     "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09", "XU10", "XU11"],
     # Q8: no bound on the top logprobs (F9), refused at the capacity, cut to the row
     "Q8": ["XU12", "XU13", "XU14"],
+    # Q9: a sample in its prompt's room (F10), per-prompt rooms repeated, a room one off, a sample dropped, a
+    # generating warm-up, the prompts' rooms crossed
+    "Q9": ["XN01", "XN02", "XN03", "XN04", "XN05", "XN06"],
     "P18p": ["XD02", "XS01", "XS06", "XK05", "XT05"],
 }
 

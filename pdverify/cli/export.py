@@ -44,8 +44,8 @@ def test_{slug}_regression() -> None:
 {call}
 '''
 
-_MODEL_MODULES = ("pdverify.model.batch", "pdverify.model.checksum", "pdverify.model.layout", "pdverify.model.exchange",
-                  "pdverify.model.queue",
+_MODEL_MODULES = ("pdverify.model.batch", "pdverify.model.checksum", "pdverify.model.dispatch",
+                  "pdverify.model.layout", "pdverify.model.exchange", "pdverify.model.queue",
                   "pdverify.model.sender", "pdverify.model.transfer_queue", "pdverify.model.translation",
                   "pdverify.strategies.layouts")  # fmt: skip
 """Where the classes of drawn arguments live: their ``repr`` rebuilds them with these names in scope."""

@@ -44,6 +44,7 @@ def mutant_target(m: Mutant | str) -> Target:
 def load_all() -> dict[str, Mutant]:
     from pdverify.mutants import (  # noqa: F401 - registration side effect
         checksum,
+        dispatch,
         exchange,
         page_index,
         prebuilt,

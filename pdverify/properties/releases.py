@@ -231,6 +231,12 @@ FROM_TRANSFER_FAILURE_ABORT = Contract(
     "(#6504), first in sglang 0.4.6.post5",
     "0.4.6.post5",
 )
+FROM_SCALAR_BOOTSTRAP_BATCH = Contract(
+    "a generate call expanded into several requests (a batch, or n parallel samples) may carry one bootstrap host, "
+    "port and room, which GenerateReqInput's normalisation expands (#10236), first in sglang 0.5.2; before, "
+    "__getitem__ states 'the bootstrap_host, bootstrap_port, bootstrap_room must be a list'",
+    "0.5.2",
+)
 FROM_NIXL_TRANSPORT = Contract(
     "the NIXL KV transport (--disaggregation-transfer-backend nixl, #5477), first in sglang 0.4.5.post3", "0.4.5.post3"
 )
@@ -351,6 +357,7 @@ FEATURES: dict[str, Contract] = {
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "transfer_failure_abort": FROM_TRANSFER_FAILURE_ABORT,
     "nixl_transport": FROM_NIXL_TRANSPORT,
+    "scalar_bootstrap_batch": FROM_SCALAR_BOOTSTRAP_BATCH,
     "prealloc_receiver_abort": FROM_PREALLOC_RECEIVER_ABORT,
     "priority_scheduling": FROM_PRIORITY_SCHEDULING,
     "deterministic_inference": FROM_DETERMINISTIC_INFERENCE,

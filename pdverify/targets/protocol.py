@@ -21,6 +21,7 @@ import torch
 
 from pdverify.model.batch import Request
 from pdverify.model.checksum import ChecksumCase, ChecksumTrace
+from pdverify.model.dispatch import DispatchTrace, GenerateCall
 from pdverify.model.exchange import DecodeCase, DecodeTrace, PrefillCase, PrefillTrace, WireMessage
 from pdverify.model.layout import PageAllocator
 from pdverify.model.queue import DecodeQueueCase, QueueTrace
@@ -132,6 +133,13 @@ class TransferQueue(Protocol):
     def __call__(self, case: TransferQueueCase, device: str, /) -> TransferTrace: ...
 
 
+class GenerateDispatch(Protocol):
+    """The tokenizer manager's dispatch of one generate call (``TokenizerManager.generate_request``): the requests it
+    sends the scheduler."""
+
+    def __call__(self, call: GenerateCall, device: str, /) -> DispatchTrace: ...
+
+
 class KvChecksum(Protocol):
     """One request's KV handoff with the KV checksum on: prefill's digest, the transfer, decode's verification."""
 
@@ -150,9 +158,10 @@ SCHEDULER_UNITS: tuple[str, ...] = (
     "transfer_queue",
     "wire_roundtrip",
     "kv_checksum",
+    "generate_dispatch",
 )
-"""The scheduler-level units: each runs a request through the scheduler's own PD code (a driver), not one
-function."""
+"""The scheduler-level units, and the tokenizer manager's ``generate_dispatch``: each runs a request through the
+server's own PD code (a driver), not one function."""
 
 FUNCTIONS: tuple[str, ...] = (
     "kv_to_page_indices",
@@ -210,6 +219,7 @@ class Target:
     decode_prealloc: DecodePrealloc | None = None
     decode_queue: DecodeQueue | None = None
     transfer_queue: TransferQueue | None = None
+    generate_dispatch: GenerateDispatch | None = None
     wire_roundtrip: WireRoundtrip | None = None
     kv_checksum: KvChecksum | None = None
     layout: str = "sglang-0.5.23"

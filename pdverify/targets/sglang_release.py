@@ -27,7 +27,8 @@ Releases moved and renamed the units under test (read from the released wheels, 
   ``pop_transferred`` driver (``transfer_queue``) on every release with a KV transport (``TRANSFER_QUEUE_DRIVER_FROM``),
   the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
-  (``BOOTSTRAP_DRIVER_FROM``).
+  (``BOOTSTRAP_DRIVER_FROM``). The tokenizer manager's ``generate_request`` (``generate_dispatch``) is driven on every
+  release whose requests carry a bootstrap room (``GENERATE_DISPATCH_FROM``).
 """
 
 from __future__ import annotations
@@ -168,10 +169,20 @@ KV_CHECKSUM_FROM = "0.5.21"
 ``kv_checksum`` unit (X2): before it there is no such code. The driver meets 0.5.21's chunk end
 (``extend_range.end``), 0.5.21-0.5.22's two-argument ``set_kv_checksum`` and decode's ``all_reduce_flags`` where the
 release has it."""
+GENERATE_DISPATCH_FROM = KV_TRANSPORT_FROM
+"""The first release the ``generate_request`` driver runs on (Q9): the first whose generate request carries a
+bootstrap room (``GenerateReqInput.bootstrap_room``, with the first KV transport; before, no request names a KV
+transfer). 0.4.5.post1-0.4.5.post2 have no ``bootstrap_port`` field and their ``__getitem__`` hands a batch's requests
+no bootstrap fields (#5531, 0.4.5.post3: T31); to 0.5.1.post3 a call expanded into several requests must carry its
+bootstrap fields as lists (one room for such a call is #10236's, 0.5.2: the ``scalar_bootstrap_batch`` input
+feature); 0.5.23 sends its multimodal features through transports the driver gives nothing to move. The driver
+passes the fields the release's ``GenerateReqInput`` declares and gives the manager every state name a release
+reads (the weight-update gate's three names, the request states' class and maps)."""
 _NO_TRANSPORT = "KV transport (its disaggregation/conn.py KVSender and KVReceiver are placeholders that move nothing)"
 ABSENT_BEFORE: dict[str, tuple[str, str]] = {
     **dict.fromkeys(TRANSPORT_UNITS, (KV_TRANSPORT_FROM, _NO_TRANSPORT)),
     "kv_checksum": (KV_CHECKSUM_FROM, "PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
+    "generate_dispatch": (GENERATE_DISPATCH_FROM, "bootstrap room in a generate request (GenerateReqInput)"),
 }
 """Units whose code a release before the given one does not have at all (not a form without a driver): the first
 release with it and what it is (``"sglang <release> has no <what>: it came in <first>"``). The transport units
@@ -323,6 +334,7 @@ def sglang_release_target() -> Target:
     def scheduler_drivers() -> tuple[Any, ...]:
         from pdverify.targets.sglang_checksum import sglang_kv_checksum
         from pdverify.targets.sglang_decode import sglang_decode_prealloc, sglang_decode_queue
+        from pdverify.targets.sglang_dispatch import sglang_generate_dispatch
         from pdverify.targets.sglang_prefill import sglang_bootstrap, sglang_kv_sender, sglang_prefill_exchange
         from pdverify.targets.sglang_transfer_queue import sglang_transfer_queue
         from pdverify.targets.sglang_wire import sglang_wire_roundtrip
@@ -336,6 +348,7 @@ def sglang_release_target() -> Target:
             sglang_transfer_queue,
             sglang_wire_roundtrip,
             sglang_kv_checksum,
+            sglang_generate_dispatch,
         )
 
     def sender_drivers() -> tuple[Any, ...]:
@@ -358,6 +371,7 @@ def sglang_release_target() -> Target:
         "decode_prealloc": DECODE_PREALLOC_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
         "kv_checksum": KV_CHECKSUM_FROM,
+        "generate_dispatch": GENERATE_DISPATCH_FROM,
     }
     drive(SCHEDULER_UNITS, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")

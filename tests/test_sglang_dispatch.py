@@ -1,0 +1,88 @@
+"""Q9's driver runs SGLang's own ``TokenizerManager.generate_request``: the release's normalisation, tokenisation and
+``_handle_batch_request`` decide what reaches the scheduler. A room planted one off in the normalisation makes Q9
+fail; as released, parallel samples share their prompt's room (F10, 0.4.5.post3 on).
+
+Runs in the conformance environment (``.venv-sglang``, SGLang 0.5.23 or a release on ``PYTHONPATH``); skipped where
+SGLang is not installed or its generate requests carry no bootstrap room (before 0.4.5.post1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from pdverify.model.dispatch import GenerateCall
+
+GenerateReqInput = pytest.importorskip("sglang.srt.managers.io_struct", reason="needs SGLang").GenerateReqInput
+
+if "bootstrap_room" not in {f.name for f in dataclasses.fields(GenerateReqInput)}:
+    pytest.skip("the release's requests carry no bootstrap room (before 0.4.5.post1)", allow_module_level=True)
+
+BATCH = GenerateCall(prompts=((791, 1217), (9906, 11, 1917), (128000,)), single=False, room=(2**31 - 2, 0, 2**63 - 1))
+"""A batch of three prompts as mini_lb sends it: a room per prompt (the gRPC router's last, 0, the last of all)."""
+CHAT_N3 = GenerateCall(prompts=((128000, 9906),), single=True, n=3, room=(2**31 - 2), max_new_tokens=100)
+
+
+def _target() -> Any:
+    from pdverify.targets import load_target
+
+    return load_target("sglang")
+
+
+def _q9(call: GenerateCall) -> None:
+    from pdverify.properties.test_dispatch import test_q9_dispatch_rooms
+
+    test_q9_dispatch_rooms.hypothesis.inner_test(_target(), "cpu", call)  # type: ignore[attr-defined]
+
+
+def test_the_dispatch_runs_sglangs_own_generate_request() -> None:
+    import sglang.srt.managers.tokenizer_manager as tm
+    from packaging.version import Version
+
+    if Version(_target().release) < Version("0.4.5.post3"):
+        pytest.skip("a batch's requests carry no bootstrap fields before #5531 (0.4.5.post3): T31")
+
+    entered: list[str] = []
+    tokenize = tm.TokenizerManager._tokenize_one_request
+
+    async def spy(self: Any, obj: Any, *args: Any, **kw: Any) -> Any:
+        entered.append(obj.rid)
+        return await tokenize(self, obj, *args, **kw)
+
+    with mock.patch.object(tm.TokenizerManager, "_tokenize_one_request", spy):
+        trace = _target().require("generate_dispatch")(BATCH, "cpu")
+    assert len(entered) == 3, entered
+    assert not trace.raised, trace.raised
+    assert [(d.prompt, d.room, d.max_new_tokens) for d in trace.sent] == [
+        (0, 2**31 - 2, 16), (1, 0, 16), (2, 2**63 - 1, 16)
+    ], trace  # fmt: skip
+    _q9(BATCH)
+
+
+def test_q9_fails_when_the_normalisation_moves_a_room() -> None:
+    normalize = GenerateReqInput.normalize_batch_and_arguments
+
+    def one_off(self: Any) -> None:
+        normalize(self)
+        if isinstance(self.bootstrap_room, list):
+            self.bootstrap_room = [r + 1 for r in self.bootstrap_room]
+
+    with (
+        mock.patch.object(GenerateReqInput, "normalize_batch_and_arguments", one_off),
+        pytest.raises(AssertionError, match="the router gave them"),
+    ):
+        _q9(BATCH)
+
+
+def test_parallel_samples_share_their_prompts_room_as_released() -> None:
+    from packaging.version import Version
+
+    if Version(_target().release) < Version("0.5.2"):
+        pytest.skip("one room for parallel samples is #10236's (0.5.2 on)")
+    trace = _target().require("generate_dispatch")(CHAT_N3, "cpu")
+    assert [d.room for d in trace.samples()] == [2**31 - 2] * 3, trace
+    with pytest.raises(AssertionError, match="carried by more than one"):
+        _q9(CHAT_N3)
