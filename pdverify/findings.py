@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdverify.model.checksum import ChecksumCase
+from pdverify.model.dispatch import GenerateCall
 from pdverify.model.exchange import PrefillCase
 from pdverify.model.transfer_queue import TransferQueueCase
 from pdverify.oracle.prefill_exchange import early_send_waits
@@ -352,6 +353,61 @@ def _t30_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     pair = _got_and_wanted(_T30_ROWS, message)
     # the defect's form of a wanted (token, top, 1): the same, with no token-ids row; a request naming no ids has none
     return pair is not None and _differs_only_as(pair, lambda w: (w[0], w[1], 0) if w[2] == 1 else w)
+
+
+def _f10_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A generate call asking for parallel samples (``n > 1``): the tokenizer manager sends every sample of a prompt
+    as a copy of the prompt's first expanded request, bootstrap room included."""
+    call = kwargs.get("call")
+    return isinstance(call, GenerateCall) and call.n > 1
+
+
+_ROOMS = re.compile(r"samples carry rooms (\[[^\]]*\]): ")
+
+
+def _dispatched_rooms(message: str) -> list[Any] | None:
+    """The samples' rooms Q9's ``distinct_rooms`` message lists (in the order sent), or None where it is not that
+    message."""
+    found = _ROOMS.search(message.split("\n", 1)[0])
+    if found is None:
+        return None
+    try:
+        rooms = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return rooms if isinstance(rooms, list) else None
+
+
+def _f10_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q9's ``distinct_rooms`` message when the samples were sent prompt by prompt, each of the ``n`` samples of a
+    prompt in the room of the prompt's own first expanded request (``room + i`` for one room, ``room[i]`` for
+    per-prompt rooms): what 0.5.23's ``_handle_batch_request`` does."""
+    call: GenerateCall = kwargs["call"]
+    prompt_rooms = [call.room[i] if isinstance(call.room, tuple) else call.room + i for i in range(len(call.prompts))]
+    return _dispatched_rooms(message) == [r for r in prompt_rooms for _ in range(call.n)]
+
+
+def _t31_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A generate call the server expands into several requests (a batch, or parallel samples): 0.4.5.post1's and
+    0.4.5.post2's ``GenerateReqInput.__getitem__`` hands each of them no bootstrap fields."""
+    call = kwargs.get("call")
+    return isinstance(call, GenerateCall) and call.expanded
+
+
+_NO_ROOMS = re.compile(r"carry rooms (\[[^\]]*\])[:,]")
+
+
+def _t31_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q9's message when every request of the expanded call carries no room at all (None): the router's rooms
+    (``router_room``) or the samples' (``distinct_rooms``)."""
+    found = _NO_ROOMS.search(message.split("\n", 1)[0])
+    if found is None:
+        return False
+    try:
+        rooms = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(rooms, list) and bool(rooms) and all(r is None for r in rooms)
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -1527,6 +1583,11 @@ F9_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.6.post5") :]
 """PD logprobs (#6558, 0.4.6.post5) on: no release bounds ``top_logprobs_num`` by the metadata row's 128."""
 T30_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.6.post5") : F7_RELEASES.index("0.5.23")]
 """PD logprobs (#6558, 0.4.6.post5) to 0.5.22: 0.5.23's commit reserves the first token's token-ids row."""
+F10_RELEASES = F7_RELEASES[F7_RELEASES.index("0.4.5.post3") :]
+"""A batch's requests carry their bootstrap fields (#5531, 0.4.5.post3) on: no release gives parallel samples rooms
+of their own (upstream #24223, #26486, #30723 and #40297, which proposed it, were closed unmerged)."""
+T31_RELEASES = ("0.4.5.post1", "0.4.5.post2")
+"""The first releases with a bootstrap room, before #5531 (0.4.5.post3) handed a batch's requests their fields."""
 
 PREBUILT_OBSERVERS = ("P20", "P21", "P21b", "P23", "P24", "P25", "P26", "P27", "P29", "P30")
 """The prebuilt properties besides P19 that run a drawn batch through ``prepare_for_prebuilt`` to 0.5.17 (P22,
@@ -1616,6 +1677,32 @@ KNOWN: dict[str, KnownDefect] = {
             "in PD'; not fixed, upstream #30894 open)",
             _f9_shows,
             _f9_explains,
+        ),
+        KnownDefect(
+            "F10",
+            "Q9",
+            "sglang",
+            F10_RELEASES,
+            "a PD generate call asking for n > 1 parallel samples (e.g. an OpenAI chat completion with n=4): the "
+            "tokenizer manager sends every sample of a prompt - and its prefix-caching warm-up - as a copy of the "
+            "prompt's first expanded request, so all of them carry one bootstrap room, although the request's own "
+            "normalisation gives each expanded request a room of its own (room + k, 0.5.2 on); prefill and decode "
+            "meet one transfer per room, so the other samples wait out their bootstrap timeout or their KV and "
+            "metadata rows cross (not fixed: upstream #24223, #26486, #30723 and #40297 were closed unmerged)",
+            _f10_shows,
+            _f10_explains,
+        ),
+        KnownDefect(
+            "T31",
+            "Q9",
+            "sglang",
+            T31_RELEASES,
+            "a PD generate call the server expands into several requests (a batch of prompts, or n > 1 samples): "
+            "GenerateReqInput.__getitem__ hands each request no bootstrap host, port or room, so each reaches the "
+            "scheduler with bootstrap_room None and names no KV transfer (fixed in 0.4.5.post3 by upstream #5531, "
+            "'[PD] Fix server crash when using batch requests')",
+            _t31_shows,
+            _t31_explains,
         ),
         KnownDefect(
             "T30",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 FINDINGS = Path(__file__).resolve().parent.parent / "findings"
-FOLDERS = sorted(p for p in FINDINGS.iterdir() if p.is_dir())
+FOLDERS = sorted((p for p in FINDINGS.iterdir() if p.is_dir()), key=lambda p: int(p.name[1:]))
 ALLOWED = {"sglang", "torch", "numpy"} | set(sys.stdlib_module_names)
 
 

@@ -889,3 +889,36 @@ def test_f9_is_a_request_past_the_row_admitted() -> None:
     assert not f9.explains(case, head.format("['raised']"))  # a request missing
     assert not f9.explains(case, head.format("['raised', admitted]"))  # unreadable
     assert not f9.explains(case, "committed [#1], expected every successful transfer [#0, #1] (rooms [3, 4])")
+
+
+def test_f10_is_each_prompts_samples_in_its_room_and_t31_no_room_at_all() -> None:
+    """F10 (0.4.5.post3-0.5.23): the samples of a prompt are sent in the prompt's first expanded request's room. It
+    shows only where a call asks for parallel samples, and explains Q9's distinct-rooms message only when the rooms
+    are, prompt by prompt, that room n times. T31 (0.4.5.post1-0.4.5.post2) explains only requests with no room."""
+    from pdverify.model.dispatch import GenerateCall
+
+    f10, t31 = KNOWN["F10"], KNOWN["T31"]
+    assert (f10.releases[0], f10.releases[-1], f10.properties()) == ("0.4.5.post3", "0.5.23", ("Q9",))
+    assert t31.releases == ("0.4.5.post1", "0.4.5.post2") and t31.properties() == ("Q9",)
+    one = {"call": GenerateCall(prompts=((1,), (2,)), single=False, n=2, room=10)}
+    per = {"call": GenerateCall(prompts=((1,), (2,)), single=False, n=2, room=(10, 20))}
+    assert f10.shows(one) and f10.shows(per)
+    assert not f10.shows({"call": GenerateCall(prompts=((1,), (2,)), single=False, room=10)})  # no samples
+    assert not f10.shows({"call": "not a call"})
+    head = "the call's 4 samples carry rooms {}: {} carried by more than one (n=2, 2 prompt(s), bootstrap_room=...)"
+    assert f10.explains(one, head.format("[10, 10, 11, 11]", "[10, 11]"))
+    assert f10.explains(per, head.format("[10, 10, 20, 20]", "[10, 20]"))
+    assert not f10.explains(one, head.format("[10, 10, 20, 20]", "[10, 20]"))  # not the expanded rooms of one room
+    assert not f10.explains(per, head.format("[10, 11, 10, 11]", "[10, 11]"))  # another collision
+    assert not f10.explains(per, head.format("[10, 10, 20]", "[10]"))  # a sample missing
+    assert not f10.explains(per, head.format("[10, 10, 20, x]", "[10]"))  # unreadable
+    assert not f10.explains(per, "the call's samples are of prompts [0, 0, 1], expected 2 of each of the 2 prompts")
+    batch = {"call": GenerateCall(prompts=((1,), (2,)), single=False, room=(10, 20))}
+    assert t31.shows(batch) and not t31.shows({"call": GenerateCall(prompts=((1,),), single=True, room=10)})
+    routed = "the requests of prompts 0..1 carry rooms {}, the router gave them [10, 20] (bootstrap_room=(10, 20))"
+    assert t31.explains(batch, routed.format("[None, None]"))
+    assert not t31.explains(batch, routed.format("[None, 20]"))
+    assert not t31.explains(batch, routed.format("[]"))
+    assert not t31.explains(batch, routed.format("[None, x]"))
+    assert t31.explains(per, head.format("[None, None, None, None]", "[None]"))
+    assert not t31.explains(per, "the call's samples are of prompts [0], expected [0, 0, 1, 1]")

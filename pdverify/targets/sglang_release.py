@@ -28,7 +28,7 @@ Releases moved and renamed the units under test (read from the released wheels, 
   the KV sender's
   from 0.4.5.post1 (``KV_SENDER_DRIVER_FROM``) and bootstrap finalisation's from 0.4.5.post1
   (``BOOTSTRAP_DRIVER_FROM``). The tokenizer manager's ``generate_request`` (``generate_dispatch``) is driven on every
-  release whose requests carry a bootstrap room (``GENERATE_DISPATCH_FROM``).
+  release whose requests carry a bootstrap room (``GENERATE_DISPATCH_DRIVER_FROM``).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ KV_CHECKSUM_FROM = "0.5.21"
 ``kv_checksum`` unit (X2): before it there is no such code. The driver meets 0.5.21's chunk end
 (``extend_range.end``), 0.5.21-0.5.22's two-argument ``set_kv_checksum`` and decode's ``all_reduce_flags`` where the
 release has it."""
-GENERATE_DISPATCH_FROM = KV_TRANSPORT_FROM
+GENERATE_DISPATCH_DRIVER_FROM = KV_TRANSPORT_FROM
 """The first release the ``generate_request`` driver runs on (Q9): the first whose generate request carries a
 bootstrap room (``GenerateReqInput.bootstrap_room``, with the first KV transport; before, no request names a KV
 transfer). 0.4.5.post1-0.4.5.post2 have no ``bootstrap_port`` field and their ``__getitem__`` hands a batch's requests
@@ -182,7 +182,7 @@ _NO_TRANSPORT = "KV transport (its disaggregation/conn.py KVSender and KVReceive
 ABSENT_BEFORE: dict[str, tuple[str, str]] = {
     **dict.fromkeys(TRANSPORT_UNITS, (KV_TRANSPORT_FROM, _NO_TRANSPORT)),
     "kv_checksum": (KV_CHECKSUM_FROM, "PD KV checksum (--disaggregation-enable-kv-checksum, #39500)"),
-    "generate_dispatch": (GENERATE_DISPATCH_FROM, "bootstrap room in a generate request (GenerateReqInput)"),
+    "generate_dispatch": (GENERATE_DISPATCH_DRIVER_FROM, "bootstrap room in a generate request (GenerateReqInput)"),
 }
 """Units whose code a release before the given one does not have at all (not a form without a driver): the first
 release with it and what it is (``"sglang <release> has no <what>: it came in <first>"``). The transport units
@@ -371,7 +371,7 @@ def sglang_release_target() -> Target:
         "decode_prealloc": DECODE_PREALLOC_DRIVER_FROM,
         "wire_roundtrip": WIRE_DRIVER_FROM,
         "kv_checksum": KV_CHECKSUM_FROM,
-        "generate_dispatch": GENERATE_DISPATCH_FROM,
+        "generate_dispatch": GENERATE_DISPATCH_DRIVER_FROM,
     }
     drive(SCHEDULER_UNITS, since, scheduler_drivers)
     sender_units = ("send_kv_chunk", "decode_page_indices")
