@@ -57,7 +57,8 @@ if [ -z "$PATCH" ]; then
     '*/sglang/srt/disaggregation/common/conn.py' '*/sglang/srt/disaggregation/common/staging_buffer.py' \
     '*/sglang/srt/disaggregation/common/utils.py' '*/sglang/srt/disaggregation/mooncake/conn.py' \
     '*/sglang/srt/disaggregation/decode.py' '*/sglang/srt/disaggregation/decode_hicache_mixin.py' \
-    '*/sglang/kernels/ops/memory/virtual_slot.py' '*/sglang/srt/disaggregation/utils.py'
+    '*/sglang/kernels/ops/memory/virtual_slot.py' '*/sglang/srt/disaggregation/utils.py' \
+    '*/sglang/srt/managers/io_struct.py' '*/sglang/srt/managers/tokenizer_manager.py'
 fi
 # SGLang's failures must be exactly the recorded findings (findings/sglang-<release>.json), each reproduced by its
 # signature (pdverify.findings) - or, with a patch, the fixed one no longer reproduced

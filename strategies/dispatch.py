@@ -27,8 +27,9 @@ def generate_calls(
     boundary of the routers' ranges (``ROOM_BOUNDARIES``, the last moved down so that every expanded request's room
     fits), else any room of ``[0, 2**63)``; a batch's per-prompt rooms otherwise, each any room whose window
     ``[room, room + n)`` fits and meets no other prompt's (the first at a range boundary half the time); every
-    sample's ``max_new_tokens`` 1 to ``max_new_tokens``. Where the release takes no single room for a call it expands
-    (before #10236: ``scalar_bootstrap_batch``), a batch carries per-prompt rooms and a single call one sample."""
+    sample's ``max_new_tokens`` 1 to ``max_new_tokens``; a streamed response half the time. Where the release takes no
+    single room for a call it expands (before #10236: ``scalar_bootstrap_batch``), a batch carries per-prompt rooms
+    and a single call one sample."""
     check_int("max_prompts", max_prompts, minimum=1)
     check_int("max_samples", max_samples, minimum=1)
     check_int("max_prompt_len", max_prompt_len, minimum=1)
@@ -77,4 +78,4 @@ def _generate_calls(
             rooms.append(r)
         room = tuple(rooms)
     return GenerateCall(prompts=tuple(prompts), single=single, n=n, room=room,
-                        max_new_tokens=c.integer(1, max_new_tokens))  # fmt: skip
+                        max_new_tokens=c.integer(1, max_new_tokens), stream=c.boolean())  # fmt: skip

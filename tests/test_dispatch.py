@@ -34,6 +34,7 @@ PP = ((1, 2, 3), (4, 5))
         ({"room": -1}, "room must be >= 0"),
         ({"room": MAX_ROOM}, "room \\+ len\\(prompts\\) \\* n - 1 must be <= 2\\*\\*63 - 1"),
         ({"room": (5,)}, "a single call carries one bootstrap_room"),
+        ({"stream": 1}, "stream must be a bool"),
         ({"prompts": PP, "single": False, "room": (5,)}, "one room per prompt \\(2\\), got 1"),
         ({"prompts": PP, "single": False, "room": (5, 6), "n": 2}, "windows .* must be disjoint"),
         ({"prompts": PP, "single": False, "room": (5, MAX_ROOM), "n": 2}, r"room\[\] \+ n - 1 must be <= 2\*\*63"),
@@ -108,6 +109,7 @@ def test_the_strategy_reaches_every_form() -> None:
         seen.add("single" if call.single else "batch")
         seen.add("samples" if call.n > 1 else "one sample")
         seen.add("per-prompt rooms" if isinstance(call.room, tuple) else "one room")
+        seen.add("streamed" if call.stream else "collected")
         rooms = call.room if isinstance(call.room, tuple) else (call.room,)
         span = call.n if isinstance(call.room, tuple) else call.n * len(call.prompts)
         seen.update({"room 0"} if 0 in rooms else set())
@@ -116,7 +118,7 @@ def test_the_strategy_reaches_every_form() -> None:
 
     draw()
     wanted = {"single", "batch", "samples", "one sample", "per-prompt rooms", "one room", "room 0", "last room",
-              "gRPC router's last room"}  # fmt: skip
+              "gRPC router's last room", "streamed", "collected"}  # fmt: skip
     assert wanted <= seen, f"never drawn: {wanted - seen}"
 
 

@@ -84,6 +84,8 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "sglang.srt.disaggregation.utils:_apply_metadata_gate",
         "sglang.srt.disaggregation.decode_hicache_mixin:DecodeHiCachePreallocMixin._start_hicache_prefetch",
         "sglang.srt.disaggregation.decode_hicache_mixin:DecodeHiCachePreallocMixin._hicache_pending_restore_tokens",
+        "sglang.srt.managers.io_struct:GenerateReqInput._normalize_bootstrap_params",
+        "sglang.srt.managers.tokenizer_manager:TokenizerManager._handle_batch_request",
     ],
 }
 

@@ -44,6 +44,9 @@ class GenerateCall:
     from ``[0, 2**63)`` at random: windows of a few rooms never meet in practice)."""
     max_new_tokens: int = 16
     """Every sample's ``max_new_tokens`` (at least 1)."""
+    stream: bool = False
+    """The client streams the response (``stream``, an OpenAI ``stream=true``): the manager relays each sample's
+    chunks as they come instead of collecting the samples' results."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompts, tuple) or not self.prompts:
@@ -61,6 +64,8 @@ class GenerateCall:
         if self.n > MAX_SAMPLES:
             raise ValueError(f"n must be <= {MAX_SAMPLES}, got {self.n}")
         require_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        if not isinstance(self.stream, bool):
+            raise ValueError(f"stream must be a bool, got {self.stream!r}")
         count = len(self.prompts) * self.n
         if isinstance(self.room, tuple):
             if self.single:
