@@ -54,9 +54,8 @@ def _generate_calls(
             prompt = (*prompt, len(prompts))
         prompts.append(prompt)
     counts = [k for k in SAMPLE_COUNTS if k <= max_samples]
-    if max_samples == 1 or c.boolean():
-        n = 1
-    else:
+    n = 1  # the simplest call: one sample a prompt
+    if max_samples > 1 and c.boolean():
         n = c.pick(counts) if counts and c.boolean() else c.integer(2, max_samples)
     room: int | tuple[int, ...]
     # one room for a call the server expands (a batch, or parallel samples) only where the release takes it (#10236:
