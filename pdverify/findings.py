@@ -362,13 +362,14 @@ def _f10_shows(kwargs: Mapping[str, Any]) -> bool:
     return isinstance(call, GenerateCall) and call.n > 1
 
 
-_ROOMS = re.compile(r"samples carry rooms (\[[^\]]*\]): ")
+_SAMPLE_ROOMS = re.compile(r"samples carry rooms (\[[^\]]*\]): ")
+_ANY_ROOMS = re.compile(r"carry rooms (\[[^\]]*\])[:,]")
 
 
-def _dispatched_rooms(message: str) -> list[Any] | None:
-    """The samples' rooms Q9's ``distinct_rooms`` message lists (in the order sent), or None where it is not that
-    message."""
-    found = _ROOMS.search(message.split("\n", 1)[0])
+def _carried_rooms(pattern: re.Pattern[str], message: str) -> list[Any] | None:
+    """The rooms a Q9 message's first line lists where ``pattern`` finds them (the samples' in ``distinct_rooms``;
+    with ``_ANY_ROOMS`` the router rooms' clause's too), or None where it does not or the list does not parse."""
+    found = pattern.search(message.split("\n", 1)[0])
     if found is None:
         return None
     try:
@@ -384,7 +385,7 @@ def _f10_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     per-prompt rooms): what 0.5.23's ``_handle_batch_request`` does."""
     call: GenerateCall = kwargs["call"]
     prompt_rooms = [call.room[i] if isinstance(call.room, tuple) else call.room + i for i in range(len(call.prompts))]
-    return _dispatched_rooms(message) == [r for r in prompt_rooms for _ in range(call.n)]
+    return _carried_rooms(_SAMPLE_ROOMS, message) == [r for r in prompt_rooms for _ in range(call.n)]
 
 
 def _t31_shows(kwargs: Mapping[str, Any]) -> bool:
@@ -394,20 +395,11 @@ def _t31_shows(kwargs: Mapping[str, Any]) -> bool:
     return isinstance(call, GenerateCall) and call.expanded
 
 
-_NO_ROOMS = re.compile(r"carry rooms (\[[^\]]*\])[:,]")
-
-
 def _t31_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q9's message when every request of the expanded call carries no room at all (None): the router's rooms
     (``router_room``) or the samples' (``distinct_rooms``)."""
-    found = _NO_ROOMS.search(message.split("\n", 1)[0])
-    if found is None:
-        return False
-    try:
-        rooms = ast.literal_eval(found.group(1))
-    except (ValueError, SyntaxError):
-        return False
-    return isinstance(rooms, list) and bool(rooms) and all(r is None for r in rooms)
+    rooms = _carried_rooms(_ANY_ROOMS, message)
+    return bool(rooms) and all(r is None for r in rooms or ())
 
 
 def _t26_shows(kwargs: Mapping[str, Any]) -> bool:
