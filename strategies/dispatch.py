@@ -23,13 +23,14 @@ def generate_calls(
     """One ``/generate`` call as the PD router sends it: half the time a single prompt (an OpenAI chat completion),
     else a batch of 1 to ``max_prompts`` distinct prompts of 1 to ``max_prompt_len`` token ids below Llama 3's
     vocabulary; ``n`` parallel samples - half the time 1, else one of ``SAMPLE_COUNTS`` up to ``max_samples`` or any
-    count up to it; the bootstrap room one int (the single call's; a batch's half the time), half the time at a
+    count up to it; the bootstrap room one int (a single call's, or half the time one room per sample as
+    sgl-model-gateway sends a chat request with ``n`` > 1; a batch's half the time), half the time at a
     boundary of the routers' ranges (``ROOM_BOUNDARIES``, the last moved down so that every expanded request's room
     fits), else any room of ``[0, 2**63)``; a batch's per-prompt rooms otherwise, each any room whose window
     ``[room, room + n)`` fits and meets no other prompt's (the first at a range boundary half the time); every
     sample's ``max_new_tokens`` 1 to ``max_new_tokens``; a streamed response half the time. Where the release takes no
     single room for a call it expands (before #10236: ``scalar_bootstrap_batch``), a batch carries per-prompt rooms
-    and a single call one sample."""
+    and a single call with samples a room per sample."""
     check_int("max_prompts", max_prompts, minimum=1)
     check_int("max_samples", max_samples, minimum=1)
     check_int("max_prompt_len", max_prompt_len, minimum=1)
@@ -59,11 +60,11 @@ def _generate_calls(
         n = c.pick(counts) if counts and c.boolean() else c.integer(2, max_samples)
     room: int | tuple[int, ...]
     # one room for a call the server expands (a batch, or parallel samples) only where the release takes it (#10236:
-    # scalar_bootstrap_batch); before, such a call carries a room per prompt, and a single one takes one sample
+    # scalar_bootstrap_batch); before, such a call carries a list: a room per prompt, or per sample for a single one
     scalar = DOMAIN.has("scalar_bootstrap_batch")
-    if single and n > 1 and not scalar:
-        n = 1
-    if single or (scalar and c.boolean()):
+    if single and n > 1 and (not scalar or c.boolean()):
+        room = _distinct_rooms(c, n)  # sgl-model-gateway's chat form: a room for each sample
+    elif single or (scalar and c.boolean()):
         last = MAX_ROOM - b * n + 1  # the largest room whose expanded requests all fit
         boundary = min(c.pick(ROOM_BOUNDARIES), last)
         room = boundary if c.boolean() else c.integer(0, last)
@@ -78,3 +79,14 @@ def _generate_calls(
         room = tuple(rooms)
     return GenerateCall(prompts=tuple(prompts), single=single, n=n, room=room,
                         max_new_tokens=c.integer(1, max_new_tokens), stream=c.boolean())  # fmt: skip
+
+
+def _distinct_rooms(c: Choices, count: int) -> tuple[int, ...]:
+    """``count`` pairwise different rooms of ``[0, 2**63)``, the first at a range boundary half the time."""
+    rooms: list[int] = []
+    for i in range(count):
+        r = c.pick(ROOM_BOUNDARIES) if i == 0 and c.boolean() else c.integer(0, MAX_ROOM)
+        while r in rooms:  # a room drawn twice (one in 2**63): the next free one
+            r = (r + 1) % (MAX_ROOM + 1)
+        rooms.append(r)
+    return tuple(rooms)

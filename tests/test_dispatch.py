@@ -33,7 +33,10 @@ PP = ((1, 2, 3), (4, 5))
         ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
         ({"room": -1}, "room must be >= 0"),
         ({"room": MAX_ROOM}, "room \\+ len\\(prompts\\) \\* n - 1 must be <= 2\\*\\*63 - 1"),
-        ({"room": (5,)}, "a single call carries one bootstrap_room"),
+        ({"room": (5,)}, r"a single call's rooms name one room per sample \(2\), got 1"),
+        ({"room": (5, 5)}, "the per-sample rooms must differ pairwise"),
+        ({"room": (5, -1)}, r"room\[\] must be >= 0"),
+        ({"room": (5, MAX_ROOM + 1)}, r"room\[\] must be <= 2\*\*63 - 1"),
         ({"stream": 1}, "stream must be a bool"),
         ({"prompts": PP, "single": False, "room": (5,)}, "one room per prompt \\(2\\), got 1"),
         ({"prompts": PP, "single": False, "room": (5, 6), "n": 2}, "windows .* must be disjoint"),
@@ -76,6 +79,8 @@ def test_the_port_gives_each_sample_its_own_room() -> None:
     )  # fmt: skip
     one = generate_dispatch(GenerateCall(prompts=PP, single=False, n=2, room=100), "cpu")
     assert [d.room for d in one.samples()] == [100, 102, 101, 103]  # the expanded requests' own rooms
+    each = generate_dispatch(GenerateCall(prompts=P, single=True, n=3, room=(9, 4, 7)), "cpu")
+    assert [d.room for d in each.samples()] == [9, 4, 7]  # the gateway's room per sample
 
 
 def test_the_oracle() -> None:
@@ -98,6 +103,7 @@ def test_the_input_feature_of_one_room_for_an_expanded_call() -> None:
     assert GenerateCall(prompts=PP, single=False, room=7).input_features() == ("scalar_bootstrap_batch",)
     assert GenerateCall(prompts=P, single=True, room=7).input_features() == ()
     assert GenerateCall(prompts=PP, single=False, n=2, room=(7, 70)).input_features() == ()
+    assert GenerateCall(prompts=P, single=True, n=2, room=(7, 70)).input_features() == ()
 
 
 def test_the_strategy_reaches_every_form() -> None:
@@ -108,7 +114,9 @@ def test_the_strategy_reaches_every_form() -> None:
     def draw(call: GenerateCall) -> None:
         seen.add("single" if call.single else "batch")
         seen.add("samples" if call.n > 1 else "one sample")
-        seen.add("per-prompt rooms" if isinstance(call.room, tuple) else "one room")
+        seen.add(
+            ("per-sample rooms" if call.single else "per-prompt rooms") if isinstance(call.room, tuple) else "one room"
+        )
         seen.add("streamed" if call.stream else "collected")
         rooms = call.room if isinstance(call.room, tuple) else (call.room,)
         span = call.n if isinstance(call.room, tuple) else call.n * len(call.prompts)
@@ -117,7 +125,8 @@ def test_the_strategy_reaches_every_form() -> None:
         seen.update({"gRPC router's last room"} if 2**31 - 2 in rooms else set())
 
     draw()
-    wanted = {"single", "batch", "samples", "one sample", "per-prompt rooms", "one room", "room 0", "last room",
+    wanted = {"single", "batch", "samples", "one sample", "per-prompt rooms", "per-sample rooms", "one room", "room 0",
+              "last room",
               "gRPC router's last room", "streamed", "collected"}  # fmt: skip
     assert wanted <= seen, f"never drawn: {wanted - seen}"
 

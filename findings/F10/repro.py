@@ -10,7 +10,8 @@ manager into n requests per prompt; ``GenerateReqInput``'s own normalisation giv
 its own (``room + k`` for one room, 0.5.2 on), but ``TokenizerManager._handle_batch_request`` sends every sample as a
 copy of the prompt's first expanded request, room included. All n samples - and the prefix-caching warm-up sent
 before them - travel in one room. Per-prompt rooms (the batch form mini_lb sends) fare no better: the normalisation
-repeats the list for each sample round, and the manager reads only the first round.
+repeats the list for each sample round, and the manager reads only the first round; a room per sample (the gateway's
+chat form) is read only for the first sample.
 
 Each call runs SGLang's own ``TokenizerManager.generate_request`` - ``GenerateReqInput`` and its
 ``normalize_batch_and_arguments``, the request states, ``_tokenize_one_request`` (validation and
@@ -20,8 +21,9 @@ published context. Only the socket to the scheduler (it records what is sent), t
 the output loop and the request logger are replaced.
 
 Calls: (1) production-shaped - an OpenAI chat completion with ``n=4`` to a Llama-3.1-8B-Instruct PD deployment, one
-random room from the router; (2) a batch of two prompts with ``n=2`` and a room per prompt, as mini_lb sends a batch;
-(3) shrunk - one prompt, ``n=2``, room 1. Control: the same batch with ``n=1``, whose requests must carry the
+random room from the router (mini_lb's chat form); (2) a batch of two prompts with ``n=2`` and a room per prompt, as
+mini_lb sends a batch; (3) a chat completion with ``n=3`` and a room per sample, as sgl-model-gateway sends it; (4)
+shrunk - one prompt, ``n=2``, room 1. Control: the same batch with ``n=1``, whose requests must carry the
 router's rooms.
 
 Exit 1 while the samples of a call share a room; 0 when every sample has its own (and the control passes); 2 when
@@ -131,7 +133,10 @@ def main() -> int:
             "bootstrap_host": HOST, "bootstrap_port": PORT, "bootstrap_room": 7428370592110385201},
         "(2) mini_lb batch of two prompts, n=2, a room per prompt": {
             **batch, "sampling_params": {"n": 2, "max_new_tokens": 16}},
-        "(3) shrunk: one prompt, n=2, room 1": {
+        "(3) sgl-model-gateway chat completion, n=3, a room per sample": {
+            "input_ids": CHAT, "sampling_params": {"n": 3, "max_new_tokens": 100}, "bootstrap_host": [HOST] * 3,
+            "bootstrap_port": [PORT] * 3, "bootstrap_room": [7428370592110385201, 4242, 2**31 - 2]},
+        "(4) shrunk: one prompt, n=2, room 1": {
             "input_ids": [0], "sampling_params": {"n": 2, "max_new_tokens": 1}, "bootstrap_host": HOST,
             "bootstrap_port": PORT, "bootstrap_room": 1},
     }  # fmt: skip

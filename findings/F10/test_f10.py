@@ -5,7 +5,8 @@ request asking for n > 1 parallel samples is expanded by the tokenizer manager
 into n requests per prompt; they used to be sent as copies of the prompt's
 first expanded request, so every sample carried one room and all but one of
 their transfers could never pair. Each sample now carries the room of its own
-expanded request: room + k for one room, room[i] + s for a room per prompt.
+expanded request: room + k for one room, room[i] + s for a room per prompt,
+and its own room where the router named one per sample.
 
 Upstream location: test/registered/unit/managers/test_pd_parallel_sample_rooms.py.
 """
@@ -159,6 +160,17 @@ class TestPDParallelSampleRooms(unittest.TestCase):
                 ([9906, 11], 2**31 - 1),
             ],
         )
+
+    def test_a_room_per_sample_is_kept(self):
+        rooms = [7428370592110385201, 4242, 2**31 - 2]
+        sent = self._sample_rooms(
+            input_ids=[128000, 9906],
+            sampling_params={"n": 3, "max_new_tokens": 8},
+            bootstrap_host=[HOST] * 3,
+            bootstrap_port=[PORT] * 3,
+            bootstrap_room=rooms,
+        )
+        self.assertEqual([room for _, room in sent], rooms)
 
     def test_without_parallel_sampling_the_rooms_are_the_routers(self):
         sent = self._sample_rooms(

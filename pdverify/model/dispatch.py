@@ -39,9 +39,11 @@ class GenerateCall:
     """Parallel samples per prompt (``sampling_params["n"]``), 1 to ``MAX_SAMPLES``."""
     room: int | tuple[int, ...] = 0
     """The router's ``bootstrap_room``: one int for the call (SGLang's normalisation gives the k-th request of the
-    expanded call ``room + k``), or one room per prompt. An int leaves ``room + len(prompts) * n - 1 <= MAX_ROOM``;
-    per-prompt rooms leave the windows ``[room, room + n)`` disjoint and within ``MAX_ROOM`` (the router draws each
-    from ``[0, 2**63)`` at random: windows of a few rooms never meet in practice)."""
+    expanded call ``room + k``); for a batch, one room per prompt (mini_lb's form); for a single call asking for
+    ``n`` samples, one room per sample (``sgl-model-gateway``'s chat form: ``n`` rooms for one prompt), pairwise
+    different. An int leaves ``room + len(prompts) * n - 1 <= MAX_ROOM``; per-prompt rooms leave the windows
+    ``[room, room + n)`` disjoint and within ``MAX_ROOM`` (the router draws each from ``[0, 2**63)`` at random:
+    windows of a few rooms never meet in practice)."""
     max_new_tokens: int = 16
     """Every sample's ``max_new_tokens`` (at least 1)."""
     stream: bool = False
@@ -67,9 +69,16 @@ class GenerateCall:
         if not isinstance(self.stream, bool):
             raise ValueError(f"stream must be a bool, got {self.stream!r}")
         count = len(self.prompts) * self.n
-        if isinstance(self.room, tuple):
-            if self.single:
-                raise ValueError("a single call carries one bootstrap_room (an int), not a list")
+        if isinstance(self.room, tuple) and self.single:
+            if len(self.room) != self.n:
+                raise ValueError(f"a single call's rooms name one room per sample ({self.n}), got {len(self.room)}")
+            for r in self.room:
+                require_int("room[]", r, minimum=0)
+                if r > MAX_ROOM:
+                    raise ValueError(f"room[] must be <= 2**63 - 1, got {r}")
+            if len(set(self.room)) != len(self.room):
+                raise ValueError(f"the per-sample rooms must differ pairwise, got {self.room}")
+        elif isinstance(self.room, tuple):
             if len(self.room) != len(self.prompts):
                 raise ValueError(f"room must name one room per prompt ({len(self.prompts)}), got {len(self.room)}")
             for r in self.room:
@@ -83,6 +92,11 @@ class GenerateCall:
             require_int("room", self.room, minimum=0)
             if self.room + count - 1 > MAX_ROOM:
                 raise ValueError(f"room + len(prompts) * n - 1 must be <= 2**63 - 1, got {self.room} with {count}")
+
+    @property
+    def per_sample_rooms(self) -> bool:
+        """Whether the router named a room for each sample (a single call's list of ``n`` rooms)."""
+        return self.single and isinstance(self.room, tuple)
 
     @property
     def expanded(self) -> bool:

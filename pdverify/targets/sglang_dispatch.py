@@ -110,16 +110,17 @@ def _manager(tm: Any, socket: _Socket) -> Any:  # pragma: no cover - conformance
 
 
 def _fields(call: GenerateCall, declared: set[str]) -> dict[str, Any]:
-    """The request body the router sends: the prompts, ``n``, ``stream`` and the bootstrap fields - with per-prompt
-    rooms, a host and a port per prompt too (``mini_lb``'s batch form), else one of each - those of them the
-    release's ``GenerateReqInput`` declares (``declared``: 0.4.5.post1-0.4.5.post2 have no port field)."""
+    """The request body the router sends: the prompts, ``n``, ``stream`` and the bootstrap fields - with a room per
+    prompt (``mini_lb``'s batch form) or per sample (``sgl-model-gateway``'s chat form), a host and a port each too,
+    else one of each - those of them the release's ``GenerateReqInput`` declares (``declared``: 0.4.5.post1-0.4.5.post2
+    have no port field)."""
     ids: Any = list(call.prompts[0]) if call.single else [list(p) for p in call.prompts]
-    per_prompt = isinstance(call.room, tuple)
+    listed = len(call.room) if isinstance(call.room, tuple) else 0  # a room per prompt, or per sample
     room: Any = list(call.room) if isinstance(call.room, tuple) else call.room
     body = {"input_ids": ids, "sampling_params": {"n": call.n, "max_new_tokens": call.max_new_tokens},
             "stream": call.stream,
-            "bootstrap_host": [BOOTSTRAP_HOST] * len(call.prompts) if per_prompt else BOOTSTRAP_HOST,
-            "bootstrap_port": [BOOTSTRAP_PORT] * len(call.prompts) if per_prompt else BOOTSTRAP_PORT,
+            "bootstrap_host": [BOOTSTRAP_HOST] * listed if listed else BOOTSTRAP_HOST,
+            "bootstrap_port": [BOOTSTRAP_PORT] * listed if listed else BOOTSTRAP_PORT,
             "bootstrap_room": room}  # fmt: skip
     return {k: v for k, v in body.items() if k in declared}
 
