@@ -103,3 +103,25 @@ def test_the_gate_fails_on_an_unrecorded_mismatch(tmp_path: Path) -> None:
                                                                    "why": "upstream annotation"}]}))  # fmt: skip
     done = subprocess.run(gate, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
+
+
+def test_the_checker_is_built_before_any_recorded_call(tmp_path: Path, monkeypatch: Any) -> None:
+    """Building the checker imports the modules of every function under test; it happens when recording opens, so
+    no import runs inside a recorded call - where a property may be measuring (B1's transfer ledger once counted a
+    module's import-time tensors as copies of ``kv_to_page_indices``)."""
+    import atexit
+
+    import pdverify.targets.annotations as checking
+    from pdverify.targets import calls
+
+    monkeypatch.setenv(checking.ENV, str(tmp_path / "annotations.json"))
+    monkeypatch.setattr(checking, "CHECKER", None)
+    monkeypatch.setattr(atexit, "register", lambda fn: fn)
+    calls.open_recording()
+    try:
+        assert checking.CHECKER is not None
+        built = checking.CHECKER
+        calls.recording(lambda: None, "sglang")()
+        assert checking.CHECKER is built
+    finally:
+        calls.close_recording()

@@ -46,7 +46,13 @@ def _importing(frame: FrameType, outer: FrameType) -> bool:
 
 
 def open_recording() -> None:
-    """Start a fresh record of calls on this thread."""
+    """Start a fresh record of calls on this thread. The annotation checker, where one is asked for, is built here,
+    before any call is recorded: building it imports the modules of every function under test, and an import inside
+    a recorded call would run inside what the property measures (a transfer ledger counted a module's import-time
+    tensors as the unit's copies)."""
+    from pdverify.targets.annotations import checker
+
+    checker()
     RECORDING.names = set()
     RECORDING.units = {}
 
