@@ -94,11 +94,6 @@ class GenerateCall:
                 raise ValueError(f"room + len(prompts) * n - 1 must be <= 2**63 - 1, got {self.room} with {count}")
 
     @property
-    def per_sample_rooms(self) -> bool:
-        """Whether the router named a room for each sample (a single call's list of ``n`` rooms)."""
-        return self.single and isinstance(self.room, tuple)
-
-    @property
     def expanded(self) -> bool:
         """Whether the server expands the call into several requests: a batch, or parallel samples."""
         return not self.single or self.n > 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import traceback
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -28,7 +29,7 @@ from pdverify.model.dispatch import Dispatched, DispatchTrace, GenerateCall
 from pdverify.model.transfer_queue import VOCAB
 
 CONTEXT_LEN = 8192
-"""The model's context length (Llama 3.1's served at 8k)."""
+"""The model's context length (Llama-3.1-8B served with ``--context-length 8192``)."""
 BOOTSTRAP_HOST = "10.0.0.1"
 BOOTSTRAP_PORT = 8998
 
@@ -63,13 +64,17 @@ class _NoFeatures:
         return None
 
 
-def _manager(tm: Any, socket: _Socket) -> Any:  # pragma: no cover - conformance venv
-    """A prefill server's tokenizer manager, built with ``__new__`` and given the state ``generate_request`` reads."""
+def tokenizer_manager_shell(cls: Any) -> Any:  # pragma: no cover - conformance venv
+    """A prefill server's tokenizer manager of the release's class ``cls``, built with ``__new__`` (its constructor
+    opens ZMQ sockets and loads a tokenizer) and given the state ``generate_request`` and the request validation
+    read, at the server's defaults: the model's vocabulary and context length, the server's arguments (through the
+    constructor where SGLang publishes them), no tokenizer, a text model's processor."""
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     from pdverify.targets.sglang_context import builds_server_args, server_args
 
-    manager = tm.TokenizerManager.__new__(tm.TokenizerManager)
+    tm = importlib.import_module(cls.__module__)
+    manager = cls.__new__(cls)
     model = SimpleNamespace(joint_head_config=None, pointer_head=None, vocab_size=VOCAB, is_matryoshka=False,
                             context_len=CONTEXT_LEN, is_multimodal=False, is_generation=True,
                             hf_config=SimpleNamespace(architectures=["LlamaForCausalLM"]))  # fmt: skip
@@ -94,11 +99,19 @@ def _manager(tm: Any, socket: _Socket) -> Any:  # pragma: no cover - conformance
         "logical_rid_to_child_rids": {}, "child_rid_to_logical_rid": {}, "model_update_lock": tm.RWLock(),
         "is_pause": False, "is_pause_cond": asyncio.Condition(), "_updating": False, "_cond": asyncio.Condition(),
         "_is_updating": False, "_is_updating_cond": asyncio.Condition(),
-        # the stubs
-        "send_to_scheduler": socket, "request_logger": SimpleNamespace(log_received_request=lambda *a, **kw: None),
-        "cuda_vmm_feature_transport": _NoFeatures(), "positional_embeds_transport": _NoFeatures(),
     }  # fmt: skip
     for name, value in state.items():
+        setattr(manager, name, value)
+    return manager
+
+
+def _manager(tm: Any, socket: _Socket) -> Any:  # pragma: no cover - conformance venv
+    """The shell (``tokenizer_manager_shell``) with the stubs: the scheduler socket, the request logger, the feature
+    transports, the response wait and the output loop."""
+    manager = tokenizer_manager_shell(tm.TokenizerManager)
+    stubs = {"send_to_scheduler": socket, "request_logger": SimpleNamespace(log_received_request=lambda *a, **kw: None),
+             "cuda_vmm_feature_transport": _NoFeatures(), "positional_embeds_transport": _NoFeatures()}  # fmt: skip
+    for name, value in stubs.items():
         setattr(manager, name, value)
 
     async def wait_one_response(obj: Any, *args: Any, **kw: Any) -> AsyncIterator[dict[str, Any]]:
@@ -125,7 +138,7 @@ def _fields(call: GenerateCall, declared: set[str]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k in declared}
 
 
-def _raised(e: BaseException) -> str:
+def raised(e: BaseException) -> str:
     """An exception out of SGLang's code as a verdict: its type, message and where in SGLang it was raised."""
     where = traceback.extract_tb(e.__traceback__)[-1]
     return f"{type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:{where.lineno})"
@@ -148,12 +161,12 @@ def sglang_generate_dispatch(call: GenerateCall, device: str) -> DispatchTrace: 
             pass
 
     scope = server_published("prefill")
-    raised = ""
+    verdict = ""
     try:
         with scope if scope is not None else contextlib.nullcontext():
             asyncio.run(dispatch())
     except Exception as e:  # the client gets an error: what was sent before it still runs
-        raised = _raised(e)
+        verdict = raised(e)
     sent = []
     for tokenized in socket.sent:
         ids = tuple(tokenized.input_ids)
@@ -161,4 +174,4 @@ def sglang_generate_dispatch(call: GenerateCall, device: str) -> DispatchTrace: 
             raise AssertionError(f"the manager sent a request of prompt {list(ids)}, not one of the call's")
         sent.append(Dispatched(prompt=call.prompts.index(ids), room=tokenized.bootstrap_room,
                                max_new_tokens=tokenized.sampling_params.max_new_tokens))  # fmt: skip
-    return DispatchTrace(sent=tuple(sent), raised=raised)
+    return DispatchTrace(sent=tuple(sent), raised=verdict)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import inspect
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -39,6 +38,7 @@ from unittest import mock
 import torch
 
 from pdverify.model.transfer_queue import PROMPT, VOCAB, Transfer, TransferQueueCase, TransferTrace
+from pdverify.targets.sglang_dispatch import raised
 
 HIDDEN_SIZE = 16
 """The metadata buffers' hidden-state width (the speculative path, off here, reads it)."""
@@ -172,10 +172,6 @@ def _prefill_outputs(req: Any, t: Transfer) -> None:  # pragma: no cover - confo
             lists.output_token_ids_logprobs_idx = [list(t.token_ids_logprob)]
 
 
-CONTEXT_LEN = 8192
-"""The model's context length the admission reads (Llama-3.1-8B served with ``--context-length 8192``)."""
-
-
 def _logprob_fields(t: Transfer) -> dict[str, Any]:
     """What the request asks of logprobs, as the API carries it: ``return_logprob`` with ``top_logprobs_num`` and the
     named ids (``token_ids_logprob``) where drawn; nothing for a request asking for none."""
@@ -196,23 +192,15 @@ def _admission(sg: Any, prompt: list[int]) -> Callable[[Transfer], str]:  # prag
     gives ``"admitted"``, or ``"refused: <its error>"`` (what the client gets back)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from pdverify.targets.sglang_context import builds_server_args, server_args, server_published
+    from pdverify.targets.sglang_context import server_published
+    from pdverify.targets.sglang_dispatch import tokenizer_manager_shell
 
     validate = getattr(sg.TokenizerManager, "_validate_one_request", None)
     if validate is None and not hasattr(sg.TokenizerManager, "_validate_token_len"):
         # to 0.4.5.post3 the checks are inline in _tokenize_one_request (it needs a tokenizer): they read the prompt's
         # length and max_new_tokens, no logprob field, and admit every drawn request (24 tokens, at most 16 new)
         return lambda t: "admitted"
-    manager = sg.TokenizerManager.__new__(sg.TokenizerManager)
-    model = SimpleNamespace(joint_head_config=None, pointer_head=None, vocab_size=VOCAB, is_matryoshka=False,
-                            context_len=CONTEXT_LEN, is_multimodal=False)  # fmt: skip
-    shell = {"context_len": CONTEXT_LEN, "max_req_input_len": CONTEXT_LEN, "num_reserved_tokens": 0,
-             "reserve_input_token_num": 0, "allow_auto_truncate": False, "validate_total_tokens": True,
-             "is_generation": True, "model_config": model,
-             # the server's arguments as the manager holds them (through the constructor where SGLang publishes them)
-             "server_args": server_args("prefill", (), resolved=builds_server_args())}  # fmt: skip
-    for name, value in shell.items():
-        setattr(manager, name, value)
+    manager = tokenizer_manager_shell(sg.TokenizerManager)
     check = validate if validate is not None else type(manager)._validate_token_len
 
     def admit(t: Transfer) -> str:
@@ -229,12 +217,6 @@ def _admission(sg: Any, prompt: list[int]) -> Callable[[Transfer], str]:  # prag
         return "admitted"
 
     return admit
-
-
-def _raised(e: BaseException) -> str:
-    """An exception out of SGLang's code as a verdict: its type, message and where in SGLang it was raised."""
-    where = traceback.extract_tb(e.__traceback__)[-1]
-    return f"{type(e).__name__}: {e} (at {where.filename.rsplit('/sglang/', 1)[-1]}:{where.lineno})"
 
 
 def _receiver(sg: Any, state: str) -> Any:  # pragma: no cover - conformance venv
@@ -354,7 +336,7 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
             try:
                 _write_row(sg, prefill_rows, preq, t.prefill_slot, t.first_token)
             except Exception as e:  # raised in prefill's scheduler loop, which nothing catches: prefill dies
-                outcomes[-1] = f"raised: {_raised(e)}"
+                outcomes[-1] = f"raised: {raised(e)}"
             else:
                 aux_transfer(sg, case.transport, prefill_rows, decode_rows, t.prefill_slot, t.decode_slot)
         req = release_request(f"pdverify-tq-{i}", prompt, max_new_tokens=t.max_new_tokens, **fields)
@@ -388,13 +370,13 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     allocator = queue.req_to_metadata_buffer_idx_allocator
     before = list(allocator.free_slots)
 
-    raised = ""
+    failure = ""
     returned: list[Any] = []
     try:
         with released(sg):
             returned = list(queue.pop_transferred())
     except Exception as e:  # the pass raising takes the scheduler down: a verdict, reported
-        raised = _raised(e)
+        failure = raised(e)
     left = {id(e.req) for e in queue.queue}
     # 0.4.6-0.4.6.post4 return the DecodeRequest entries (their caller takes each entry's req), the rest the Req
     returned_ids = {id(r.req if isinstance(r, sg.DecodeRequest) else r) for r in returned}
@@ -423,9 +405,9 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     index = {id(r): i for i, r in zip(queued_at, requests, strict=True)}
     queue_order = [index[id(e.req)] for e in queue.queue]
     if queue_order != sorted(queue_order):
-        raised = raised or f"the queue after the pass is out of order: {queue_order}"
+        failure = failure or f"the queue after the pass is out of order: {queue_order}"
     return TransferTrace(committed=tuple(committed), tokens=tuple(tokens), aborted=tuple(aborted),
-                         queued=tuple(queue_order), freed=tuple(freed), raised=raised, logprobs=tuple(logprobs),
+                         queued=tuple(queue_order), freed=tuple(freed), raised=failure, logprobs=tuple(logprobs),
                          cached=tuple(cached), top=tuple(top), rows=tuple(rows),
                          prefill=tuple(outcomes))  # fmt: skip
 
