@@ -51,7 +51,7 @@ def _generate_calls(
     prompts: list[tuple[int, ...]] = []
     while len(prompts) < b:
         prompt = tuple(c.integer(0, VOCAB - 1) for _ in range(c.integer(1, max_prompt_len)))
-        if prompt in prompts:  # a prompt drawn twice: made different by one more token
+        while prompt in prompts:  # a prompt drawn twice: made different by more tokens (each longer than the last)
             prompt = (*prompt, len(prompts))
         prompts.append(prompt)
     counts = [k for k in SAMPLE_COUNTS if k <= max_samples]
