@@ -86,11 +86,11 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     order = c.pick(PRIORITY_ORDERS) if c.boolean(lean=True) else None
     order = order if DOMAIN.has("priority_scheduling") else None
     max_loras = c.integer(1, 3) if c.boolean(lean=True) else None
-    # the decode PP loop's pass: given rids_to_check (#14945, 0.5.7), or from 0.5.17 the stages' consensus (#31869),
-    # the form every PP scheduler from then on passes (none passes rids_to_check any more - outside those releases'
-    # domain, releases.UNMADE_FROM - and a PP pass refuses it)
+    # a restricted pass: a PP stage's step given the stages' consensus (the decode PP loop, #14945, 0.5.7), or the
+    # pass given rids_to_check - what that step made of the consensus to 0.5.16, half the time where a caller still
+    # makes it (none from 0.5.17, #31869: outside those releases' domain, releases.UNMADE_FROM)
     checked_pass = c.boolean()
-    pp = checked_pass and DOMAIN.has("pp_consensus")
+    pp = checked_pass and DOMAIN.has("pp_consensus") and (not DOMAIN.has("rids_to_check") or c.boolean())
     restrict = checked_pass and not pp and DOMAIN.has("rids_to_check")
     # the allocation policy first: the server refuses prefill_complete with the decode radix cache, host receive
     # or staging buffers (SGLang's own validation, _validate_prefill_complete), so those are drawn only without it

@@ -213,21 +213,36 @@ def test_checksum_cases_keep_to_their_pools() -> None:
     ],
 )  # fmt: skip
 def test_decode_queues_reach_the_pp_consensus(what: str, reached: Any) -> None:
-    """The PP form of the pass (0.5.17 on) is drawn with each verdict the consensus can give against this stage's own
+    """The PP form of the pass (0.5.7 on) is drawn with each verdict the consensus can give against this stage's own
     state: a strategy that drew only consensus lists agreeing with the receivers could not tell a pass that polls
     them (XQ36) from one that takes the consensus."""
     find(decode_queues(), reached, settings=settings(max_examples=3000, database=None))
 
 
-def test_decode_queues_draw_no_pp_pass_before_the_consensus() -> None:
-    """0.5.16 has no ``pp_good_rids``: its PP form is ``rids_to_check``, and no PP pass is drawn for it."""
+@pytest.mark.parametrize("release", ["0.5.7", "0.5.16"])
+def test_decode_queues_draw_both_pp_forms_where_the_step_flattens_the_consensus(release: str) -> None:
+    """0.5.7-0.5.16 have the decode PP loop (#14945): its step is given the stages' consensus (drawn, and checked
+    against it: #31869 is a fix, no boundary) and hands the pass ``rids_to_check`` (drawn as well: a caller of those
+    releases makes it)."""
     from pdverify.properties.releases import bind_release
 
-    bind_release("0.5.16")
+    bind_release(release)
     try:
-        with pytest.raises(NoSuchExample):
-            find(decode_queues(), lambda c: c.pp_consensus, settings=settings(max_examples=300, database=None))
+        find(decode_queues(), lambda c: c.pp_consensus, settings=settings(max_examples=300, database=None))
         find(decode_queues(), lambda c: c.restrict, settings=settings(max_examples=300, database=None))
+    finally:
+        bind_release(None)
+
+
+def test_decode_queues_draw_no_pp_pass_before_the_pp_loop() -> None:
+    """0.5.6.post2 has no decode PP event loop: neither a PP step nor a restricted pass is drawn."""
+    from pdverify.properties.releases import bind_release
+
+    bind_release("0.5.6.post2")
+    try:
+        for form in (lambda c: c.pp_consensus, lambda c: c.restrict):
+            with pytest.raises(NoSuchExample):
+                find(decode_queues(), form, settings=settings(max_examples=300, database=None))
     finally:
         bind_release(None)
 

@@ -4,30 +4,30 @@ The contract (sglang 0.5.23): the pass first polls every queued request's KV rec
 receiver has failed (prefill reported the failure, or the client's abort aborted the receiver) is aborted, whether or
 not the other queued receivers are ready ("Receiver polling observes asynchronous failures while KV allocation is
 blocked", ``_update_handshake_waiters``). The pass looks at the queue in its order - priority order when priority
-scheduling is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. A PP pass (pipeline
-parallelism, 0.5.17 on: #31869) is given the stages' consensus instead and polls no receiver: it looks only at the
-requests in ``pp_good_rids`` or ``pp_bad_rids``, aborts those in ``pp_bad_rids`` and takes those in ``pp_good_rids`` as
-ready, whatever this stage's receiver says now. Every aborted request
-it looks at fails: it leaves the queue, its receiver is released, and its abort is streamed unless it already was. It
-then admits, first come first served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would
-not fit beside the loaded ones is passed over (it waits, the next may go), and the pass stops at the first request that
-finds no free metadata buffer, no free request row, or a token budget short of its need: ``max(its fresh KV pages'
-tokens + the decode headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable tokens)``. A
-request's fresh pages are those of ``[prefix, fill)`` (its matched device prefix is held already; a rebootstrapped
-request matches none, and holds and receives its outputs too). Each device admission takes its fresh pages' tokens from
-the budget, and the reserve grows by its headroom: the budget keeps back ``max(headroom x (running + admitted), the
-largest running request's min(max_new_tokens, clip) + its tokens - retractable tokens)``. Before the budget was re-read
-after each admission (``budget_reread=False``: the pass read it once, to 0.5.10.post1), each device admission took its
-fresh pages' tokens and its headroom from it outright. With the device pool's usage at or past the host-receive
-threshold (below 1), a host-capable request that is not rebootstrapped goes to host memory instead, before the row and
-budget checks: it is admitted when the host pool has its prompt's pages plus the host reserve free, and the pass stops
-otherwise; it takes host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a request that
-fits the budget also needs the SWA budget for its window tail - ``max(its tail's pages' tokens + the headroom (none with
-the radix cache off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``; short of it the pass
-stops - and each admission takes its tail's pages' tokens and headroom from that budget. Then it needs SWA pages for the
-tail: when the SWA buffer cannot hold them it fails (aborted, streamed, released, its radix lock too) and the pass goes
-on. The queue keeps the rest, in order. Afterwards exactly the admitted requests with a matched prefix hold a radix
-lock.
+scheduling is on (a stable sort) - and only at the requests in ``rids_to_check`` when it is given. A PP stage's pass
+(pipeline parallelism: the decode PP loop's step, 0.5.7 on) is given the stages' consensus instead and polls no receiver
+(so every stage applies one outcome: #31869, a fix in 0.5.17 - before it the stage polled its own receivers, T32): it
+looks only at the requests in ``pp_good_rids`` or ``pp_bad_rids``, aborts those in ``pp_bad_rids`` and takes those in
+``pp_good_rids`` as ready, whatever this stage's receiver says now. Every aborted request it looks at fails: it leaves
+the queue, its receiver is released, and its abort is streamed unless it already was. It then admits, first come first
+served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would not fit beside the loaded
+ones is passed over (it waits, the next may go), and the pass stops at the first request that finds no free metadata
+buffer, no free request row, or a token budget short of its need: ``max(its fresh KV pages' tokens + the decode
+headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable tokens)``. A request's fresh pages
+are those of ``[prefix, fill)`` (its matched device prefix is held already; a rebootstrapped request matches none, and
+holds and receives its outputs too). Each device admission takes its fresh pages' tokens from the budget, and the
+reserve grows by its headroom: the budget keeps back ``max(headroom x (running + admitted), the largest running
+request's min(max_new_tokens, clip) + its tokens - retractable tokens)``. Before the budget was re-read after each
+admission (``budget_reread=False``: the pass read it once, to 0.5.10.post1), each device admission took its fresh pages'
+tokens and its headroom from it outright. With the device pool's usage at or past the host-receive threshold (below 1),
+a host-capable request that is not rebootstrapped goes to host memory instead, before the row and budget checks: it is
+admitted when the host pool has its prompt's pages plus the host reserve free, and the pass stops otherwise; it takes
+host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a request that fits the budget also
+needs the SWA budget for its window tail - ``max(its tail's pages' tokens + the headroom (none with the radix cache
+off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``; short of it the pass stops - and each
+admission takes its tail's pages' tokens and headroom from that budget. Then it needs SWA pages for the tail: when the
+SWA buffer cannot hold them it fails (aborted, streamed, released, its radix lock too) and the pass goes on. The queue
+keeps the rest, in order. Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
 """
 
 from __future__ import annotations

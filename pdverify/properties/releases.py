@@ -217,9 +217,9 @@ FROM_RIDS_TO_CHECK = Contract(
     "0.5.7",
 )
 FROM_PP_CONSENSUS = Contract(
-    "decode's pre-allocation pass given the pipeline stages' consensus (pp_good_rids / pp_bad_rids: the PP pass "
-    "polls no receiver, #31869), first in sglang 0.5.17",
-    "0.5.17",
+    "a pipeline-parallel decode stage's pre-allocation step given the stages' consensus (the good and bad lists of "
+    "the decode PP event loop, process_prealloc_queue, #14945), first in sglang 0.5.7",
+    "0.5.7",
 )
 FROM_HANDSHAKE_FAILURE_ABORT = Contract(
     "decode aborts a request whose KV receiver failed (prepare_abort, 500) where it raised 'Handshake failed' "

@@ -159,10 +159,10 @@ EXAMPLES = [
         R(8),
         restrict=True,
     ),
-    # a PP pass (pp_size > 1, 0.5.17 on, #31869): the stages' consensus decides, not this stage's receivers. The first
-    # request failed on another stage (bad), though its receiver here is ready: it fails. The second is good though no
-    # earlier pass saw it ready: admitted. The third's receiver failed here after the stages agreed it good: admitted
-    # all the same (the consensus is authoritative). The fourth is in neither list: left queued, though aborted
+    # a PP step (pp_size > 1, 0.5.7 on; #31869 the fix): the stages' consensus decides, not this stage's receivers. The
+    # first request failed on another stage (bad), though its receiver here is ready: it fails. The second is good
+    # though no earlier pass saw it ready: admitted. The third's receiver failed here after the stages agreed it good:
+    # admitted all the same (the consensus is authoritative). The fourth is in neither list: left queued, though aborted
     _queue(
         R(6, consensus="bad"),
         R(5, bootstrapped=False, consensus="good"),

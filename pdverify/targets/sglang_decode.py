@@ -713,6 +713,23 @@ def host_destination_refusal() -> str | None:  # pragma: no cover - conformance 
     )
 
 
+def _pp_prealloc_step(queue: Any, good: list[str], bad: list[str]) -> tuple[list[Any], list[Any]]:
+    """A PP decode stage's pre-allocation step: the release's own ``SchedulerPPMixin.process_prealloc_queue`` (the
+    decode PP event loop's, 0.5.7 on) on a scheduler holding ``queue``, given the stages' consensus - the lists its
+    loop computed, ready on every stage (``good``) and failed on some stage (``bad``). It hands the pass the
+    consensus: as ``pp_good_rids`` / ``pp_bad_rids`` from 0.5.17 (#31869), as ``rids_to_check = good + bad`` before.
+    Returns the admitted requests (what the step moved to the transfer queue) and the failed ones (by rid, as the
+    step returns them, in its order), the pass's own result form."""
+    from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
+
+    moved: list[Any] = []
+    stage = SimpleNamespace(disagg_decode_prealloc_queue=queue, disagg_decode_transfer_queue=moved)
+    result = SchedulerPPMixin.process_prealloc_queue(stage, [good, bad])
+    if result is None or [d.req.rid for d in moved] != list(result[0]):
+        raise AssertionError(f"process_prealloc_queue returned {result!r}, moved {[d.req.rid for d in moved]}")
+    return moved, [SimpleNamespace(req=SimpleNamespace(rid=rid)) for rid in result[1]]
+
+
 def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pragma: no cover - conformance venv
     """One ``pop_preallocated`` pass over the case's queue, the decode radix cache off or on.
 
@@ -721,8 +738,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     ``metadata_buffers``, ``FINISH_ABORT``, ``_required_admission_tokens`` and ``_prealloc_reservation_fits``,
     the LoRA gate - ``Scheduler.can_schedule_lora_req`` (0.5.20 on) over the duck scheduler and the LoRA manager's
     own ``validate_lora_batch``, bound to a manager of the case's ``max_loras_per_batch`` - the staging handler's
-    ``register_decode_req`` (``_staging``), the PP handshake (``poll_and_all_reduce_pp`` over the case's consensus,
-    a stage of ``pp_size`` 2, 0.5.17 on), and the full-side budget (``_allocatable_token_budgets``,
+    ``register_decode_req`` (``_staging``), a PP stage's step (``SchedulerPPMixin.process_prealloc_queue`` given the
+    case's consensus, a stage of ``pp_size`` 2, 0.5.7 on; ``poll_and_all_reduce_pp`` from 0.5.17), and the full-side
+    budget (``_allocatable_token_budgets``,
     ``_allocatable_tokens`` to 0.5.11: the release's own, over the real allocator and the running batch, shifted by a
     constant to start at the case's budget - ``_release_budget``). Stand-ins: the SWA budget
     (``_swa_tail_allocatable_token_budget``: the case's SWA budget less the SWA pages and headroom this pass
@@ -760,7 +778,9 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         """The request's KV receiver (a stand-in: a live one needs prefill): it polls as the case says - ``Failed``
         once it has failed (an aborted receiver has concluded so already: ``abort()`` sets ``conclude_state``; a
         failure prefill reported is concluded by the poll), else ready or still bootstrapping - and records what
-        the queue sends it."""
+        the queue sends it. In a PP pass a request the consensus put in the good list was ready on this stage when
+        the stages agreed (the consensus is the stages' ready polls, intersected): its receiver polls ready unless it
+        failed since."""
 
         require_staging = case.staging
 
@@ -768,7 +788,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             self.rid = rid
             request = case.requests[int(rid[1:])]
             self.supports_host_destination = request.host_capable
-            self.failed, self.ready = request.receiver_failed, request.bootstrapped
+            agreed_ready = case.pp_consensus and request.consensus == "good"
+            self.failed, self.ready = request.receiver_failed, request.bootstrapped or agreed_ready
             self.conclude_state = decode.KVPoll.Failed if self.failed == "abort" else None
 
         def poll(self) -> int:
@@ -985,10 +1006,11 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         _published(decode, disagg),
         _cpu_alloc_extend(),
     ):
-        if case.pp_consensus:  # the PP scheduler's process_prealloc_queue: the consensus, in queue order
-            popped = q.pop_preallocated(
-                pp_good_rids=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "good"],
-                pp_bad_rids=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "bad"],
+        if case.pp_consensus:  # a PP stage: its scheduler's own step, given the consensus (good, bad in queue order)
+            popped = _pp_prealloc_step(
+                q,
+                good=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "good"],
+                bad=[f"r{i}" for i, r in enumerate(case.requests) if r.consensus == "bad"],
             )
         else:
             popped = q.pop_preallocated(rids_to_check=checked) if restricted else q.pop_preallocated()
