@@ -469,8 +469,8 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     got, budget, ps = int(q4.group(1)), int(q4.group(2)), int(kwargs["case"].page_size)
     if not _budget_read_once():
         return 0 < got - budget < ps
-    # T11 too, T23/T24's unpolled failed receivers (a request admitted that should have failed), and T17's arrival
-    # order (no priority sort in the pass before 0.5.12)
+    # T11 too, T23/T24's unpolled failed receivers (a request admitted that should have failed), T17's arrival
+    # order (no priority sort in the pass before 0.5.12), and T32's PP step (its own polls, not the consensus)
     from dataclasses import replace
 
     from pdverify.properties.releases import DOMAIN
@@ -478,6 +478,8 @@ def _t3_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     case = kwargs["case"]
     skips = (False, True) if DOMAIN.release in T24_RELEASES else (False,)
     orders = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+    if case.pp_consensus and DOMAIN.release in T32_RELEASES:
+        orders += [_pp_step_before_consensus(variant) for variant in orders]
     passes = [
         _defective_queue_pass(variant, raw_fill=True, lora_gate=g, skip_ready_polls=skip)
         for variant in orders
@@ -1369,6 +1371,57 @@ def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return False
 
 
+def _pp_step_before_consensus(case: Any) -> Any:
+    """What a PP decode stage's pre-allocation step made of the stages' consensus to 0.5.16 (before #31869): a pass
+    given ``rids_to_check`` = good + bad that polls the stage's own receivers - a good-listed request's receiver
+    ready unless it failed since (the consensus is the stages' ready polls), a bad-listed one's as it is."""
+    from dataclasses import replace
+
+    reqs = tuple(
+        replace(r, checked=r.consensus is not None, bootstrapped=r.bootstrapped or r.consensus == "good")
+        for r in case.requests
+    )
+    reqs = tuple(replace(r, consensus=None) for r in reqs)
+    return replace(case, requests=reqs, pp_consensus=False, restrict=True, microbatch_loras=())
+
+
+def _t32_shows(kwargs: Mapping[str, Any]) -> bool:
+    """A PP stage's step given a consensus this stage's own receivers may not follow: a bad-listed request (failed
+    on some stage, or this stage's poll of it skipped) or a good-listed one whose receiver here failed since."""
+    from pdverify.model.queue import DecodeQueueCase
+
+    case = kwargs.get("case")
+    if not isinstance(case, DecodeQueueCase) or not case.pp_consensus:
+        return False
+    return any(r.consensus == "bad" or (r.consensus == "good" and r.receiver_failed) for r in case.requests)
+
+
+def _t32_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) exactly as the step makes it that hands the pass
+    the consensus as ``rids_to_check`` (the stage's own polls decide: ``_pp_step_before_consensus``) - alone or with
+    the release's other queue defects (the skipped polls of T23/T24, raw fill lengths: T3, no LoRA gate: T11,
+    arrival order: T17 on 0.5.11) - and not as the same pass given the consensus makes it."""
+    from dataclasses import replace
+
+    shown = _pass_message(message)
+    if shown is None:
+        return False
+    case = kwargs["case"]
+    cases = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+    for variant in cases:
+        step = _pp_step_before_consensus(variant)
+        for kw in (
+            {"skip_ready_polls": skip, "lora_gate": gate, "raw_fill": raw}
+            for skip in (False, True)
+            for gate in (True, False)
+            for raw in (False, True)
+        ):
+            own, agreed = _defective_queue_pass(step, **kw), _defective_queue_pass(variant, **kw)
+            if _pass_shows(own, *shown) and not _pass_shows(agreed, *shown):
+                return True
+    return False
+
+
 def _t18_shows(kwargs: Mapping[str, Any]) -> bool:
     """A queue pass with an aborted request it looks at."""
     from pdverify.model.queue import DecodeQueueCase
@@ -1552,6 +1605,9 @@ T24_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.6.post5") :]
 
 T23_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.9.post5") : QUEUE_RELEASES.index("0.5.13")]
 """T23's releases: from 0.4.9.post5 (the abort handler aborts a queued request's receiver) to 0.5.12.post1."""
+
+T32_RELEASES = (*QUEUE_READ_ONCE[QUEUE_READ_ONCE.index("0.5.7") :], *QUEUE_EARLY)
+"""T32's releases: from 0.5.7 (the decode PP event loop, #14945) to 0.5.16 (fixed in 0.5.17, upstream #31869)."""
 
 T25_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY)
 """T25's releases: every release to 0.5.16 (fixed in 0.5.17, upstream #31973)."""
@@ -1879,6 +1935,21 @@ KNOWN: dict[str, KnownDefect] = {
             "- it is pre-allocated and its destinations published to the failed peer, or, with KV allocation "
             "blocked, it stays queued, until the transfer phase rejects it (fixed in 0.5.20, upstream #37483)",
             _t24_shows,
+        ),
+        KnownDefect(
+            "T32",
+            "Q1",
+            "sglang",
+            T32_RELEASES,
+            "a pipeline-parallel decode stage's pre-allocation step hands the pass the stages' consensus as "
+            "rids_to_check (good + bad) and the pass polls the stage's own receivers again: a request another stage "
+            "failed is pre-allocated here, one this stage saw fail after the stages agreed is failed here while the "
+            "others take it, and one the pass does not poll stays queued - the stages diverge (fixed in 0.5.17, "
+            "upstream #31869)",
+            _t32_shows,
+            _t32_explains,
+            also=("Q2", "Q3", "Q5"),
+            narrower=(("Q5", QUEUE_EARLY),),
         ),
         KnownDefect(
             "T15",
