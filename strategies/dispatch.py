@@ -28,9 +28,10 @@ def generate_calls(
     boundary of the routers' ranges (``ROOM_BOUNDARIES``, the last moved down so that every expanded request's room
     fits), else any room of ``[0, 2**63)``; a batch's per-prompt rooms otherwise, each any room whose window
     ``[room, room + n)`` fits and meets no other prompt's (the first at a range boundary half the time); every
-    sample's ``max_new_tokens`` 1 to ``max_new_tokens``; a streamed response half the time. Where the release takes no
-    single room for a call it expands (before #10236: ``scalar_bootstrap_batch``), a batch carries per-prompt rooms
-    and a single call with samples a room per sample."""
+    sample's ``max_new_tokens`` 1 to ``max_new_tokens``; a streamed response half the time; a prefill server with
+    attention data parallelism half the time (drawn last: the draws before keep their meaning). Where the release
+    takes no single room for a call it expands (before #10236: ``scalar_bootstrap_batch``), a batch carries
+    per-prompt rooms and a single call with samples a room per sample."""
     check_int("max_prompts", max_prompts, minimum=1)
     check_int("max_samples", max_samples, minimum=1)
     check_int("max_prompt_len", max_prompt_len, minimum=1)
@@ -78,7 +79,8 @@ def _generate_calls(
             rooms.append(r)
         room = tuple(rooms)
     return GenerateCall(prompts=tuple(prompts), single=single, n=n, room=room,
-                        max_new_tokens=c.integer(1, max_new_tokens), stream=c.boolean())  # fmt: skip
+                        max_new_tokens=c.integer(1, max_new_tokens), stream=c.boolean(),
+                        attention_dp=c.boolean())  # fmt: skip
 
 
 def _distinct_rooms(c: Choices, count: int) -> tuple[int, ...]:

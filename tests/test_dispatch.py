@@ -38,6 +38,7 @@ PP = ((1, 2, 3), (4, 5))
         ({"room": (5, -1)}, r"room\[\] must be >= 0"),
         ({"room": (5, MAX_ROOM + 1)}, r"room\[\] must be <= 2\*\*63 - 1"),
         ({"stream": 1}, "stream must be a bool"),
+        ({"attention_dp": 1}, "attention_dp must be a bool"),
         ({"prompts": PP, "single": False, "room": (5,)}, "one room per prompt \\(2\\), got 1"),
         ({"prompts": PP, "single": False, "room": (5, 6), "n": 2}, "windows .* must be disjoint"),
         ({"prompts": PP, "single": False, "room": (5, MAX_ROOM), "n": 2}, r"room\[\] \+ n - 1 must be <= 2\*\*63"),
@@ -118,6 +119,7 @@ def test_the_strategy_reaches_every_form() -> None:
             ("per-sample rooms" if call.single else "per-prompt rooms") if isinstance(call.room, tuple) else "one room"
         )
         seen.add("streamed" if call.stream else "collected")
+        seen.add("attention DP" if call.attention_dp else "no attention DP")
         rooms = call.room if isinstance(call.room, tuple) else (call.room,)
         span = call.n if isinstance(call.room, tuple) else call.n * len(call.prompts)
         seen.update({"room 0"} if 0 in rooms else set())
@@ -127,7 +129,7 @@ def test_the_strategy_reaches_every_form() -> None:
     draw()
     wanted = {"single", "batch", "samples", "one sample", "per-prompt rooms", "per-sample rooms", "one room", "room 0",
               "last room",
-              "gRPC router's last room", "streamed", "collected"}  # fmt: skip
+              "gRPC router's last room", "streamed", "collected", "attention DP", "no attention DP"}  # fmt: skip
     assert wanted <= seen, f"never drawn: {wanted - seen}"
 
 

@@ -62,6 +62,44 @@ def test_the_dispatch_runs_sglangs_own_generate_request() -> None:
     _q9(BATCH)
 
 
+def test_attention_dp_sends_a_batch_one_request_at_a_time() -> None:
+    """A batch of token-id prompts goes to the scheduler as one batch, and one request at a time with attention DP on
+    the server (``_handle_batch_request``'s sequential path, 0.5.5.post1 on; to 0.5.3.post3 every batch takes it,
+    0.5.4-0.5.5 none of id prompts): both forms are driven, with the rooms Q9 asks for."""
+    import inspect
+
+    import sglang.srt.managers.tokenizer_manager as tm
+    from packaging.version import Version
+
+    if Version(_target().release) < Version("0.4.5.post3"):
+        pytest.skip("a batch's requests carry no bootstrap fields before #5531 (0.4.5.post3): T31")
+    gate = getattr(tm.TokenizerManager, "_should_use_batch_tokenization", None)
+    source = inspect.getsource(gate) if gate is not None else ""
+    ids_batched = "_batch_has_text" in source  # a batch of id prompts goes as one batch (0.5.4 on) ...
+    dp_sequential = "enable_dp_attention" in source or "attn_dp_enabled" in source  # ... but with DP (0.5.5.post1)
+    one = tm.TokenizerManager._send_one_request
+    sent: list[str] = []
+
+    async def spy_async(self: Any, *args: Any, **kw: Any) -> Any:
+        sent.append("one")
+        return await one(self, *args, **kw)
+
+    def spy_sync(self: Any, *args: Any, **kw: Any) -> Any:
+        sent.append("one")
+        return one(self, *args, **kw)
+
+    spy = spy_async if inspect.iscoroutinefunction(one) else spy_sync
+    for attention_dp in (False, True):
+        sent.clear()
+        call = dataclasses.replace(BATCH, attention_dp=attention_dp)
+        with mock.patch.object(tm.TokenizerManager, "_send_one_request", spy):
+            trace = _target().require("generate_dispatch")(call, "cpu")
+        assert [(d.prompt, d.room) for d in trace.sent] == [(0, 2**31 - 2), (1, 0), (2, 2**63 - 1)], trace
+        sequential = not ids_batched or (attention_dp and dp_sequential)
+        assert len(sent) == (3 if sequential else 0), (attention_dp, sent)
+        _q9(call)
+
+
 def test_q9_fails_when_the_normalisation_moves_a_room() -> None:
     normalize = GenerateReqInput.normalize_batch_and_arguments
 

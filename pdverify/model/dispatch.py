@@ -49,6 +49,11 @@ class GenerateCall:
     stream: bool = False
     """The client streams the response (``stream``, an OpenAI ``stream=true``): the manager relays each sample's
     chunks as they come instead of collecting the samples' results."""
+    attention_dp: bool = False
+    """The prefill server runs attention data parallelism (``--enable-dp-attention --dp-size 2 --tp-size 2``, as
+    DeepSeek models are served in PD): its tokenizer manager sends a batch's requests one by one (the sequential path
+    of ``_handle_batch_request``, 0.5.5.post1 on), where it sends a batch of token-id prompts as one batch otherwise.
+    The rooms the contract gives are the same."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompts, tuple) or not self.prompts:
@@ -68,6 +73,8 @@ class GenerateCall:
         require_int("max_new_tokens", self.max_new_tokens, minimum=1)
         if not isinstance(self.stream, bool):
             raise ValueError(f"stream must be a bool, got {self.stream!r}")
+        if not isinstance(self.attention_dp, bool):
+            raise ValueError(f"attention_dp must be a bool, got {self.attention_dp!r}")
         count = len(self.prompts) * self.n
         if isinstance(self.room, tuple) and self.single:
             if len(self.room) != self.n:

@@ -64,11 +64,16 @@ class _NoFeatures:
         return None
 
 
-def tokenizer_manager_shell(cls: Any) -> Any:  # pragma: no cover - conformance venv
+ATTENTION_DP = (("enable_dp_attention", True), ("dp_size", 2), ("tp_size", 2))
+"""A prefill server with attention data parallelism: two attention DP ranks over two TP ranks."""
+
+
+def tokenizer_manager_shell(cls: Any, flags: Any = ()) -> Any:  # pragma: no cover - conformance venv
     """A prefill server's tokenizer manager of the release's class ``cls``, built with ``__new__`` (its constructor
     opens ZMQ sockets and loads a tokenizer) and given the state ``generate_request`` and the request validation
-    read, at the server's defaults: the model's vocabulary and context length, the server's arguments (through the
-    constructor where SGLang publishes them), no tokenizer, a text model's processor."""
+    read, at the server's defaults (but ``flags``, pairs of a server argument and its value): the model's vocabulary and
+    context length, the server's arguments (through the constructor where SGLang publishes them), no tokenizer, a text
+    model's processor."""
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     from pdverify.targets.sglang_context import builds_server_args, server_args
@@ -78,7 +83,7 @@ def tokenizer_manager_shell(cls: Any) -> Any:  # pragma: no cover - conformance 
     model = SimpleNamespace(joint_head_config=None, pointer_head=None, vocab_size=VOCAB, is_matryoshka=False,
                             context_len=CONTEXT_LEN, is_multimodal=False, is_generation=True,
                             hf_config=SimpleNamespace(architectures=["LlamaForCausalLM"]))  # fmt: skip
-    args = server_args("prefill", (), resolved=builds_server_args())
+    args = server_args("prefill", tuple(flags), resolved=builds_server_args())
     state: dict[str, Any] = {
         # the server's and the model's configuration
         "server_args": args, "model_config": model, "context_len": CONTEXT_LEN, "max_req_input_len": CONTEXT_LEN,
@@ -105,10 +110,10 @@ def tokenizer_manager_shell(cls: Any) -> Any:  # pragma: no cover - conformance 
     return manager
 
 
-def _manager(tm: Any, socket: _Socket) -> Any:  # pragma: no cover - conformance venv
-    """The shell (``tokenizer_manager_shell``) with the stubs: the scheduler socket, the request logger, the feature
-    transports, the response wait and the output loop."""
-    manager = tokenizer_manager_shell(tm.TokenizerManager)
+def _manager(tm: Any, socket: _Socket, flags: Any) -> Any:  # pragma: no cover - conformance venv
+    """The shell (``tokenizer_manager_shell``, the server started with ``flags``) with the stubs: the scheduler
+    socket, the request logger, the feature transports, the response wait and the output loop."""
+    manager = tokenizer_manager_shell(tm.TokenizerManager, flags)
     stubs = {"send_to_scheduler": socket, "request_logger": SimpleNamespace(log_received_request=lambda *a, **kw: None),
              "cuda_vmm_feature_transport": _NoFeatures(), "positional_embeds_transport": _NoFeatures()}  # fmt: skip
     for name, value in stubs.items():
@@ -152,15 +157,16 @@ def sglang_generate_dispatch(call: GenerateCall, device: str) -> DispatchTrace: 
 
     from pdverify.targets.sglang_context import server_published
 
+    flags = ATTENTION_DP if call.attention_dp else ()
     socket = _Socket()
-    manager = _manager(tm, socket)
+    manager = _manager(tm, socket, flags)
 
     async def dispatch() -> None:
         obj = GenerateReqInput(**_fields(call, {f.name for f in dataclasses.fields(GenerateReqInput)}))
         async for _ in tm.TokenizerManager.generate_request(manager, obj, None):
             pass
 
-    scope = server_published("prefill")
+    scope = server_published("prefill", flags)
     verdict = ""
     try:
         with scope if scope is not None else contextlib.nullcontext():
