@@ -94,7 +94,7 @@ KILLERS: dict[str, list[str]] = {
     "Q8": ["XU12", "XU13", "XU14"],
     # Q9: a sample in its prompt's room (F10), per-prompt rooms repeated, a room one off, a sample dropped, a
     # generating warm-up, the prompts' rooms crossed
-    "Q9": ["XN01", "XN02", "XN03", "XN04", "XN05", "XN06"],
+    "Q9": ["XN01", "XN02", "XN03", "XN04", "XN05", "XN06", "XN07"],
     "P18p": ["XD02", "XS01", "XS06", "XK05", "XT05"],
 }
 

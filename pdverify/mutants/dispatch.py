@@ -2,7 +2,8 @@
 
 Each mutant is what a slip in ``_normalize_bootstrap_params`` or ``_handle_batch_request`` could do: a sample sent in
 its prompt's room (0.5.23's own F10), per-prompt rooms repeated for every sample round, a room one off, a sample
-dropped, a warm-up that generates, the prompts' rooms crossed.
+dropped, a warm-up that generates, the prompts' rooms crossed, the sequential path (attention DP) reading the call's
+first room.
 """
 
 from __future__ import annotations
@@ -80,3 +81,20 @@ class _CrossedRooms(Dispatch):
 @mutant("XN06", "generate_dispatch", "wrong index", "per-prompt rooms handed to the prompts in reverse order")
 def rooms_crossed(call: GenerateCall, device: str) -> DispatchTrace:
     return _CrossedRooms(call).run()
+
+
+class _DpFirstRoom(Dispatch):
+    def sample_room(self, prompt: int, sample: int) -> int:
+        if self.call.attention_dp and not self.call.single and self.call.n == 1:
+            return self.expanded_room(0)  # the sequential path reads the call's room, not the request's
+        return super().sample_room(prompt, sample)
+
+
+@mutant(
+    "XN07",
+    "generate_dispatch",
+    "wrong index",
+    "with attention DP a batch sent one request at a time gives every request the call's first room",
+)
+def attention_dp_first_room(call: GenerateCall, device: str) -> DispatchTrace:
+    return _DpFirstRoom(call).run()
