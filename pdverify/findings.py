@@ -1349,17 +1349,27 @@ def _t24_shows(kwargs: Mapping[str, Any]) -> bool:
     return _unpolled_failure(kwargs, "peer")
 
 
-def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
-    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) exactly as the pass that does not poll while
-    every queued receiver is ready makes it - alone or with the release's other queue defects (raw fill lengths: T3;
-    no LoRA gate: T11; arrival order: T17 on 0.5.11) - and not as the same pass with the polling makes it."""
+def _pass_variants(kwargs: Mapping[str, Any], message: str) -> tuple[tuple[str, list[int]], list[Any]] | None:
+    """A pass-level queue message (``<what> <got>, expected <want>``) as the field it names and what the release gave
+    there, with the cases an explanation replays: the case, and to 0.5.11 the case without priority order too (T17: no
+    priority sort in the pass). None for another message."""
     from dataclasses import replace
 
     shown = _pass_message(message)
     if shown is None:
-        return False
+        return None
     case = kwargs["case"]
-    cases = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+    return shown, [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+
+
+def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) exactly as the pass that does not poll while
+    every queued receiver is ready makes it - alone or with the release's other queue defects (raw fill lengths: T3;
+    no LoRA gate: T11; arrival order: T17 on 0.5.11) - and not as the same pass with the polling makes it."""
+    replayed = _pass_variants(kwargs, message)
+    if replayed is None:
+        return False
+    shown, cases = replayed
     for variant in cases:
         for gate in (True, False):
             for raw in (False, True):
@@ -1401,13 +1411,10 @@ def _t32_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     the consensus as ``rids_to_check`` (the stage's own polls decide: ``_pp_step_before_consensus``) - alone or with
     the release's other queue defects (the skipped polls of T23/T24, raw fill lengths: T3, no LoRA gate: T11,
     arrival order: T17 on 0.5.11) - and not as the same pass given the consensus makes it."""
-    from dataclasses import replace
-
-    shown = _pass_message(message)
-    if shown is None:
+    replayed = _pass_variants(kwargs, message)
+    if replayed is None:
         return False
-    case = kwargs["case"]
-    cases = [case, replace(case, priority_order=None)] if _release_before("0.5.12") else [case]
+    shown, cases = replayed
     for variant in cases:
         step = _pp_step_before_consensus(variant)
         for kw in (
