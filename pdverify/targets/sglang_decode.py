@@ -723,8 +723,11 @@ def _pp_prealloc_step(queue: Any, good: list[str], bad: list[str]) -> tuple[list
     from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
 
     moved: list[Any] = []
-    stage = SimpleNamespace(disagg_decode_prealloc_queue=queue, disagg_decode_transfer_queue=moved)
-    result = SchedulerPPMixin.process_prealloc_queue(stage, [good, bad])
+    # the scheduler is a stand-in (a SimpleNamespace where ``Scheduler`` is annotated); the consensus is two lists,
+    # as the PP loop passes it (``_pp_pd_get_prealloc_ids``) and the method unpacks it, where SGLang annotates
+    # ``prealloc_rids: Optional[List[str]]`` (A3 in docs/release-matrix.md)
+    stage = cast(Any, SimpleNamespace(disagg_decode_prealloc_queue=queue, disagg_decode_transfer_queue=moved))
+    result = SchedulerPPMixin.process_prealloc_queue(stage, cast(Any, [good, bad]))
     if result is None or [d.req.rid for d in moved] != list(result[0]):
         raise AssertionError(f"process_prealloc_queue returned {result!r}, moved {[d.req.rid for d in moved]}")
     return moved, [SimpleNamespace(req=SimpleNamespace(rid=rid)) for rid in result[1]]
