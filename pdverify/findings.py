@@ -1388,10 +1388,9 @@ def _pp_step_before_consensus(case: Any) -> Any:
     from dataclasses import replace
 
     reqs = tuple(
-        replace(r, checked=r.consensus is not None, bootstrapped=r.bootstrapped or r.consensus == "good")
-        for r in case.requests
+        replace(r, checked=r.consensus is not None, bootstrapped=case.ready(i), consensus=None)
+        for i, r in enumerate(case.requests)
     )
-    reqs = tuple(replace(r, consensus=None) for r in reqs)
     return replace(case, requests=reqs, pp_consensus=False, restrict=True, microbatch_loras=())
 
 

@@ -789,10 +789,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def __init__(self, rid: str) -> None:
             self.rid = rid
-            request = case.requests[int(rid[1:])]
+            i = int(rid[1:])
+            request = case.requests[i]
             self.supports_host_destination = request.host_capable
-            agreed_ready = case.pp_consensus and request.consensus == "good"
-            self.failed, self.ready = request.receiver_failed, request.bootstrapped or agreed_ready
+            self.failed, self.ready = request.receiver_failed, case.ready(i)
             self.conclude_state = decode.KVPoll.Failed if self.failed == "abort" else None
 
         def poll(self) -> int:
