@@ -1381,6 +1381,24 @@ def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     return False
 
 
+def _t33_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S25 with the stages agreed the request failed: a later stage's own sender ready, its pass finalises it."""
+    return kwargs.get("consensus") == "bad" and isinstance(kwargs.get("case"), PrefillCase)
+
+
+def _t33_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """S25's message exactly as a stage whose own poll (ready) decides a request the stages agreed failed gives it:
+    not dropped, bootstrapped once its metadata buffer frees."""
+    waits = kwargs.get("waits")
+    if not _t33_shows(kwargs) or not isinstance(waits, int):
+        return False
+    bootstraps = [False] * waits + [True]
+    return message.startswith(
+        "a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped False, "
+        f"bootstraps {bootstraps}, shipped "
+    )
+
+
 def _pp_step_before_consensus(case: Any) -> Any:
     """What a PP decode stage's pre-allocation step made of the stages' consensus to 0.5.16 (before #31869): a pass
     given ``rids_to_check`` = good + bad that polls the stage's own receivers - a good-listed request's receiver
@@ -1617,6 +1635,9 @@ T32_RELEASES = (*QUEUE_READ_ONCE[QUEUE_READ_ONCE.index("0.5.7") :], *QUEUE_EARLY
 
 T25_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY)
 """T25's releases: every release to 0.5.16 (fixed in 0.5.17, upstream #31973)."""
+
+T33_RELEASES = T25_RELEASES[T25_RELEASES.index("0.5.1") :]
+"""T33's releases: from 0.5.1 (the prefill PP event loop, #8846) to 0.5.16 (fixed in 0.5.17, upstream #31869)."""
 
 T27_RELEASES = T25_RELEASES[: T25_RELEASES.index("0.5.14")]
 """T27's releases: every release to 0.5.13.post1 (0.5.14's ``SamplingParams.normalize`` refuses ``min_new_tokens``
@@ -1956,6 +1977,19 @@ KNOWN: dict[str, KnownDefect] = {
             _t32_explains,
             also=("Q2", "Q3", "Q5"),
             narrower=(("Q5", QUEUE_EARLY),),
+        ),
+        KnownDefect(
+            "T33",
+            "S25",
+            "sglang",
+            T33_RELEASES,
+            "a later stage of a pipeline-parallel prefill server bootstraps a request by its own sender's poll, not "
+            "by what the stages agreed: its PP loop hands the pass the agreed rids as rids_to_check - to 0.5.6.post2 "
+            "every rid the first stage popped, bootstrapped or failed alike; from 0.5.7 the consensus good + bad - so "
+            "a request another stage failed is bootstrapped and prefilled here while the others drop it, and the "
+            "stages' batches diverge (fixed in 0.5.17, upstream #31869)",
+            _t33_shows,
+            _t33_explains,
         ),
         KnownDefect(
             "T15",

@@ -73,6 +73,13 @@ def queued(**kw: Any) -> DecodeQueueCase:
         (prefill, {"early_send_blocked": "busy"}, "early_send_blocked='busy' must be None"),
         (prefill, {"rank_split": ("kv_shard", 2, 2)}, "0 <= rank < size"),
         (prefill, {"rank_split": ("cp_all", 0, 1)}, "size >= 2"),
+        (prefill, {"pp_consensus": "ready"}, "pp_consensus='ready' must be None or one of ('good', 'bad')"),
+        (prefill, {"pp_consensus": "bad", "deferred_room": "fresh"}, "with deferred_room: SGLang's server refuses"),
+        (prefill, {"pp_consensus": "good", "translation": tuple(range(100, 130))}, "'good' with translation"),
+        (prefill, {"pp_consensus": "good", "held_buffer": True}, "with held_buffer"),
+        (prefill, {"pp_consensus": "bad", "rank_split": ("kv_shard", 0, 2)}, "with rank_split"),
+        # follow_room, unplaced, rank 1 of 2 where room 4242 % 2 = 0: the sender fails at creation
+        (prefill, {"pp_consensus": "good", "attention_dp": (2, 1, "follow_room", False)}, "lists the request bad"),
         (decode, {"length": 0}, "length"),
         (decode, {"decode_prefix": 2}, "must be page-aligned"),
         (decode, {"l1_row": (20, 21, 22, 23), "decode_prefix": 0}, "need l1 prefix 4 <= decode_prefix=0"),
@@ -194,6 +201,10 @@ def test_sender_and_bootstrap_cases_reject_bad_input(make: Any, message: str) ->
 
 
 def test_in_contract_cases() -> None:
+    staged = prefill(pp_consensus="bad", attention_dp=(2, 1, "follow_room", False), rank_split=("cp_all", 0, 2))
+    assert staged.fails_at_creation and "prefill_pp" in staged.input_features()
+    assert not prefill(attention_dp=(2, 1, "follow_room", True)).fails_at_creation
+    assert "prefill_pp" not in prefill().input_features() and prefill(deferred_room="cancelled").fails_at_creation
     case = prefill(chunked_prefill_size=8, translation=tuple(range(100, 130)))
     assert case.grid == 8 and case.index_dtype == "int64" and prefill().grid is None
     d = decode(l1_row=(20, 21, 22, 23), decode_prefix=4, stale_row=(0,) * 12)

@@ -68,6 +68,11 @@ DEFERRED_ROOMS: tuple[str, ...] = ("fresh", "duplicate", "cancelled")
 """Deferred decode allocation (``--disaggregation-decode-allocation-policy prefill_complete``): the request's
 bootstrap room is fresh, already opened by another sender, or cancelled by decode before the sender existed."""
 
+PP_CONSENSUS: tuple[str, ...] = ("good", "bad")
+"""What the pipeline-parallel prefill stages agreed for a request at a bootstrap step: ``good`` (ready - every
+stage's sender polled WaitingForInput; from 0.5.22 the first stage's poll, which every stage takes) or ``bad``
+(failed - some stage's sender failed; from 0.5.22 the first stage's)."""
+
 DP_BALANCE: tuple[str, ...] = ("query", "follow_room")
 """How attention-DP requests find their prefill DP rank: the sender registers its rank with the bootstrap server
 (``query``), or the load balancer follows the bootstrap room (rank ``room % DP``: ``follow_bootstrap_room``)."""
@@ -174,8 +179,24 @@ class PrefillCase:
     rank_split: tuple[str, int, int] | None = None
     """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
     (``RANK_SPLITS``); None: one rank sends everything."""
+    pp_consensus: str | None = None
+    """A pipeline-parallel prefill stage (``--pp-size`` above 1, #8846): what the stages agreed for the request
+    (``PP_CONSENSUS``) when this stage's bootstrap step runs, this stage's own sender ready (WaitingForInput) either
+    way; the stage must follow it - bootstrap a ``good`` request, fail a ``bad`` one - or the stages' batches
+    diverge. None: one stage, the plain pass."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
+
+    @property
+    def fails_at_creation(self) -> bool:
+        """The KV sender fails when it is created: a duplicate or cancelled deferred room, or an unplaced
+        attention-DP request off ``room % DP`` where the load balancer follows the room."""
+        if self.deferred_room is not None and self.deferred_room != "fresh":
+            return True
+        if self.attention_dp is None:
+            return False
+        ranks, dp_rank, method, placed = self.attention_dp
+        return not placed and method != "query" and dp_rank != self.bootstrap_room % ranks
 
     @property
     def kv_sharded(self) -> bool:
@@ -213,6 +234,8 @@ class PrefillCase:
             used.append("attention_cp")
         if self.dcp_max_tokens is not None:
             used.append("dcp_pack_limit")
+        if self.pp_consensus is not None:
+            used.append("prefill_pp")
         if self.translation is not None:
             used.append("translated_ids")
         if self.decode_prefix and any(k in SWA_WINDOW_TYPES for k in self.state_types):
@@ -290,6 +313,27 @@ class PrefillCase:
                     f"attention_dp={self.attention_dp} must be (ranks >= 2, 0 <= rank < ranks, method in {DP_BALANCE}, "
                     "placed)"
                 )
+        if self.pp_consensus not in (None, *PP_CONSENSUS):
+            raise ValueError(f"pp_consensus={self.pp_consensus!r} must be None or one of {PP_CONSENSUS}")
+        if self.pp_consensus is not None:
+            # what SGLang's server validation refuses beside --pp-size above 1 (0.5.23's hooks)
+            refused = {
+                "deferred_room": self.deferred_room is not None,  # _validate_prefill_complete: no PP
+                "translation": self.translation is not None,  # kv_cache_hook: unified memory with PD needs PP 1
+                "held_buffer": self.held_buffer,  # serving_hook: optimistic prefill attempts reset to 0 under PP
+                "rank_split": self.kv_sharded,  # kv_shard_hook: KV sharding requires PP 1
+            }
+            named = [name for name, on in refused.items() if on]
+            if named:
+                raise ValueError(
+                    f"pp_consensus={self.pp_consensus!r} with {', '.join(named)}: SGLang's server refuses these "
+                    "with --pp-size above 1"
+                )
+        if self.pp_consensus == "good" and self.fails_at_creation:
+            raise ValueError(
+                "pp_consensus='good' with a sender that fails at its creation: this stage's own poll is Failed, so "
+                "the stages' consensus lists the request bad"
+            )
         if self.rank_split is not None:
             mode, rank, size = self.rank_split
             if mode not in RANK_SPLITS or not isinstance(size, int) or size < 2 or not 0 <= rank < size:
@@ -386,6 +430,8 @@ class PrefillTrace:
     """``(room, DP rank)`` the sender registered with the bootstrap server."""
     bootstraps: list[bool] = field(default_factory=list)
     """What each ``finalize_bootstrap`` call returned, in order (False: no metadata buffer yet, try again)."""
+    dropped: bool = False
+    """The bootstrap queue failed the request (``handle_bootstrap_failure``) instead of finalising it."""
     buffers_taken: int = 0
     """Metadata buffers the bootstrap took from the allocator."""
     digests: list[tuple[int, ...] | None] = field(default_factory=list)

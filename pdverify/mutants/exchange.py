@@ -821,3 +821,18 @@ def early_includes_host_hit(case: PrefillCase, device: str) -> PrefillTrace:
     if case.early_prefix is not None and case.host_hit_length:
         case = replace(case, early_prefix=case.early_prefix + case.host_hit_length, host_hit_length=0)
     return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XP01",
+    "prefill_exchange",
+    "ignored argument",
+    "a later PP prefill stage bootstraps by its own sender's poll, not by what the stages agreed (0.5.16's pass)",
+)
+def pp_own_poll(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, pp_consensus=None), device)
+
+
+@mutant("XP02", "prefill_exchange", "wrong condition", "a later PP prefill stage fails every request, agreed or not")
+def pp_always_failed(case: PrefillCase, device: str) -> PrefillTrace:
+    return port.prefill_exchange(replace(case, pp_consensus="bad" if case.pp_consensus else None), device)

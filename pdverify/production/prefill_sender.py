@@ -1,5 +1,8 @@
 """Port of SGLang 0.5.23's prefill scheduler path for one request, at its own granularity.
 
+* A pipeline-parallel stage's bootstrap pass follows what the stages agreed - in 0.5.23 the first stage's poll,
+  which ``poll_and_all_reduce_prefill_pp`` hands every stage: a request agreed failed is failed here
+  (``handle_bootstrap_failure``), never finalised.
 * ``finalize_bootstrap`` (``PrefillBootstrapQueue``): pops ``D``, sets ``start_send_idx = D`` and initialises
   the sender with ``kv_to_page_num(L - D, page_size)`` pages and the metadata buffer index (aux).
 * ``maybe_send_cached_prefix_chunk``: the early send of the device-resident cached prefix ``prefix_len -
@@ -322,12 +325,17 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
     req.sender.open(case)
     if case.early_send_blocked == "bootstrapping":  # the first batch runs before bootstrap completes
         maybe_send_cached_prefix_chunk(req, case.chunk_ends[0])
+    if case.pp_consensus == "bad":  # the PP stages agreed it failed: this stage fails it too, whatever it polls
+        failed = PrefillTrace(0, req.sender.transfers, [req.start_send_idx], bootstraps=[False], dropped=True)
+        failed.statuses, failed.registrations = req.sender.statuses, req.sender.registrations
+        return failed
     # finalize_bootstrap: polled until a metadata buffer is free (one the request holds is kept)
     bootstraps = [False] * (0 if case.held_buffer else case.buffer_waits) + [True]
     req.decode_prefix = req.start_send_idx = case.decode_prefix
     req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
     trace = PrefillTrace(req.sender.num_kv_indices, req.sender.transfers, [req.start_send_idx])
     trace.bootstraps, trace.buffers_taken = bootstraps, 0 if case.held_buffer else 1
+    trace.dropped = "Failed" in req.sender.statuses  # a sender failed at its creation polls Failed at bootstrap
     for k, end in enumerate(case.chunk_ends):
         if k == 0:
             if case.early_send_blocked != "bootstrapping":

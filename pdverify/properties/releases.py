@@ -221,6 +221,11 @@ FROM_PP_CONSENSUS = Contract(
     "the decode PP event loop, process_prealloc_queue, #14945), first in sglang 0.5.7",
     "0.5.7",
 )
+FROM_PREFILL_PP = Contract(
+    "a pipeline-parallel prefill server (--pp-size above 1 with --disaggregation-mode prefill: the prefill PP event "
+    "loop, whose later stages bootstrap a request by what the stages agreed, #8846), first in sglang 0.5.1",
+    "0.5.1",
+)
 FROM_HANDSHAKE_FAILURE_ABORT = Contract(
     "decode aborts a request whose KV receiver failed (prepare_abort, 500) where it raised 'Handshake failed' "
     "(#6504), first in sglang 0.4.6.post5",
@@ -354,6 +359,7 @@ FEATURES: dict[str, Contract] = {
     "dcp_prefill": FROM_DCP_PREFILL,
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "pp_consensus": FROM_PP_CONSENSUS,
+    "prefill_pp": FROM_PREFILL_PP,
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "transfer_failure_abort": FROM_TRANSFER_FAILURE_ABORT,
     "nixl_transport": FROM_NIXL_TRANSPORT,

@@ -10,7 +10,8 @@ still bootstrapping, a HiCache load-back pending), ships nothing early: the requ
 makes without an early send. S22: bootstrap waits for a metadata buffer - no buffer, no bootstrap, nothing
 shipped; then exactly one bootstrap, and a request that holds a buffer keeps it. S23: a HiCache host hit behind the
 device prefix is not sent early. S24: the DCP pack limit (``get_max_transfer_tokens``) splits only the sends of a
-room whose own decode peer needs the relayout, each at ``D + k * ceil_align(ceiling, page_size)``.
+room whose own decode peer needs the relayout, each at ``D + k * ceil_align(ceiling, page_size)``. S25: a later stage
+of a pipeline-parallel prefill server bootstraps a request as the stages agreed, not as its own sender polls.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import replace
 from hypothesis import example
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.model.exchange import PP_CONSENSUS, PrefillCase, PrefillTrace, Transfer
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
 from pdverify.properties.releases import (
@@ -29,6 +30,7 @@ from pdverify.properties.releases import (
     FROM_DEFERRED_ALLOCATION,
     FROM_DP_RANK_QUERY,
     FROM_EARLY_SEND,
+    FROM_PREFILL_PP,
     FROM_SENDER_TRACING,
 )
 from pdverify.strategies import bootstrap_settings, prefill_cases
@@ -302,4 +304,42 @@ def test_s24_pack_limit_only_for_relayout_peers(
     final, unsplit = got.transfers[-1], plain.transfers[-1]
     assert (final.is_last, final.aux_index, final.state) == (unsplit.is_last, unsplit.aux_index, unsplit.state), (
         f"the last split send carries {final}, the unsplit one {unsplit}"
+    )
+
+
+@example(case=SPEC, consensus="bad", waits=0)
+@example(case=SPEC, consensus="good", waits=1)
+@prop(
+    "S25",
+    "a later stage of a pipeline-parallel prefill server bootstraps a request as the stages agreed, whatever its own "
+    "sender polls: one agreed failed is failed here (handle_bootstrap_failure) and ships nothing; one agreed ready "
+    "ships exactly what it ships on a server of one stage",
+    needs=NEEDS,
+    contract=FROM_PREFILL_PP,
+    case=prefill_cases(),
+    consensus=st.sampled_from(PP_CONSENSUS),
+    waits=st.integers(0, 2),
+)
+def test_s25_pp_stage_follows_the_consensus(
+    target: Target, device: str, case: PrefillCase, consensus: str, waits: int
+) -> None:
+    # the server refuses unified memory (translated ids) with --pp-size above 1
+    plain = replace(case, translation=None, buffer_waits=waits)
+    staged = replace(plain, pp_consensus=consensus)
+    note_event(f"PP consensus: {consensus}")
+    got = _run(target, staged, device)
+    if consensus == "bad":
+        assert got.dropped and not got.transfers, (
+            f"a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped "
+            f"{got.dropped}, bootstraps {got.bootstraps}, shipped {_plain(got.transfers)}"
+        )
+        return
+    want = _run(target, plain, device)
+    assert not got.dropped and got.bootstraps == want.bootstraps, (
+        f"a request the PP stages agreed ready: dropped {got.dropped}, bootstraps {got.bootstraps}; on one stage "
+        f"{want.bootstraps}"
+    )
+    assert _plain(got.transfers) == _plain(want.transfers) and got.num_pages == want.num_pages, (
+        f"a request the PP stages agreed ready shipped {_plain(got.transfers)} ({got.num_pages} pages); on one stage "
+        f"{_plain(want.transfers)} ({want.num_pages} pages)"
     )

@@ -652,11 +652,15 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
         bootstraps: list[bool] = []
         while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
             buffers.poll()
-            bootstraps.append(bool(queue.pop_bootstrapped()))
+            if case.pp_consensus is None:
+                bootstraps.append(bool(queue.pop_bootstrapped()))
+            else:  # a later PP stage: its own bootstrap step, given what the stages agreed
+                bootstraps.append(bool(pp_bootstrap_step(queue, sched, req.rid, case.pp_consensus)))
         assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
         # a sender dropped at bootstrap was never initialised: it announced no pages
         trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
         trace.bootstraps, trace.buffers_taken = bootstraps, buffers.taken
+        trace.dropped = bool(dropped)
         for k, end in enumerate([] if dropped else case.chunk_ends):  # a request dropped at bootstrap never runs
             req.extend_range = _extend_range(req.extend_end if k else req.prefix_len, end)
             req.extend_end = end
@@ -682,6 +686,58 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
     trace.statuses = [names[status] for room_, status in manager.status if room_ == room]
     trace.registrations = registrations
     return trace
+
+
+class _PrevStage:
+    """The PP group as a later stage's ``pp_sync_polls`` reads it: the previous stage sends the first stage's polls
+    (``recv_object``); this stage is the last, so it forwards nothing (a stand-in for ``GroupCoordinator``'s
+    point-to-point wire, which needs a second process)."""
+
+    def __init__(self, polls: list[Any]) -> None:
+        self.polls, self.received_from = polls, list[int]()
+
+    def recv_object(self, src: int, **_: Any) -> list[Any]:
+        self.received_from.append(src)
+        return list(self.polls)
+
+
+def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str) -> list[Any]:  # pragma: no cover - venv
+    """A later stage's bootstrap step on a pipeline-parallel prefill server (stage 1 of 2) for a queue holding the
+    request ``rid``, the stages having agreed it ``consensus`` (``good``: ready, ``bad``: failed). In each release's
+    own form: 0.5.22 on, the release's ``SchedulerPPMixin.process_bootstrapped_queue``, whose pass takes the first
+    stage's polls through the PP group (``poll_and_all_reduce_prefill_pp``: ``pp_sync_polls`` receives them, the
+    first stage's poll being the agreement); 0.5.7-0.5.21, ``process_bootstrapped_queue`` given the consensus lists
+    ``[good, bad]`` as the PP event loop passes them; 0.5.1-0.5.6.post2, the call the PP event loop
+    (``event_loop_pp_disagg_prefill``, which cannot run here: it loops for ever over a real PP group) makes on a
+    later stage: ``pop_bootstrapped(rids_to_check=...)`` with the rids the first stage popped, bootstrapped and
+    failed alike. Returns the requests the step bootstrapped (moved to the waiting queue)."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+
+    good, bad = ([rid], []) if consensus == "good" else ([], [rid])
+    queue.pp_size, queue.pp_rank = 2, 1
+    try:
+        from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
+
+        step = getattr(SchedulerPPMixin, "process_bootstrapped_queue", None)
+    except ImportError:  # the mixin came in 0.5.4; the PP loop was prefill's own before
+        step = None
+    if step is None:
+        return list(queue.pop_bootstrapped(rids_to_check=good + bad))
+    waiting: list[Any] = []
+    # the scheduler is a stand-in (a SimpleNamespace where ``Scheduler`` is annotated)
+    stage = cast(Any, SimpleNamespace(disagg_prefill_bootstrap_queue=queue, waiting_queue=waiting))
+    if "bootstrapped_rids" in inspect.signature(step).parameters:
+        # the consensus is two lists, as the PP loop passes it, where SGLang annotates Optional[List[str]] (A3)
+        result = step(stage, cast(Any, [good, bad]))
+        if result is None or list(result[0]) != [r.rid for r in waiting]:
+            raise AssertionError(f"process_bootstrapped_queue returned {result!r}, moved {[r.rid for r in waiting]}")
+        return waiting
+    group = _PrevStage([KVPoll.WaitingForInput if good else KVPoll.Failed])
+    sched.pp_group, queue.pp_poll_sync_work_list = group, []
+    step(stage)
+    if group.received_from != [0]:
+        raise AssertionError(f"the stage received the first stage's polls from {group.received_from}, expected [0]")
+    return waiting
 
 
 def send_chunk(sched: Any, req: Any, *, last_chunk: bool) -> None:  # pragma: no cover - conformance venv
