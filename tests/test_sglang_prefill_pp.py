@@ -67,7 +67,7 @@ def test_the_pp_step_is_the_releases_own(consensus: str) -> None:
         passes.append({k: list(v) if isinstance(v, list) else v for k, v in kw.items()})
         return real_pass(self, *args, **kw)
 
-    patches = [mock.patch.object(prefill.PrefillBootstrapQueue, "pop_bootstrapped", spy_pass)]
+    patches: list[Any] = [mock.patch.object(prefill.PrefillBootstrapQueue, "pop_bootstrapped", spy_pass)]
     real_step = getattr(PP_MIXIN, "process_bootstrapped_queue", None)
     if real_step is not None:
 
