@@ -863,7 +863,10 @@ def _f8_shows(kwargs: Mapping[str, Any]) -> bool:
 
 
 def _f8_stuck(case: TransferQueueCase) -> set[int]:
-    """The transfers F8 keeps queued: each whose receiver reports success in room 0."""
+    """The transfers F8 keeps queued: each whose receiver reports success in room 0 (on a PP stage's step, each the
+    stages agreed good: the pass looks at no other)."""
+    if case.pp_step:
+        return {i for i, t in enumerate(case.transfers) if t.consensus == "good" and t.room == 0}
     return {i for i, t in enumerate(case.transfers) if t.poll == "success" and t.room == 0}
 
 
@@ -872,8 +875,8 @@ def _indices(text: str) -> set[int]:
 
 
 _Q7_LISTS = (
-    re.compile(r"committed \[([^\]]*)\], expected every successful transfer \[([^\]]*)\]"),
-    re.compile(r"queue after the pass \[([^\]]*)\], expected the transfers in flight \[([^\]]*)\]"),
+    re.compile(r"committed \[([^\]]*)\], expected every (?:successful|agreed good) transfer \[([^\]]*)\]"),
+    re.compile(r"queue after the pass \[([^\]]*)\], expected the transfers (?:in flight|not agreed on) \[([^\]]*)\]"),
     re.compile(r"freed decode slots \[([^\]]*)\], expected those of the requests that left \[([^\]]*)\]"),
 )
 
@@ -895,6 +898,56 @@ def _f8_q7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         got = {int(v) for v in re.findall(r"-?\d+", freed[1])}
         want = {int(v) for v in re.findall(r"-?\d+", freed[2])}
         return got <= want and want - got == {case.transfers[i].decode_slot for i in stuck}
+    return False
+
+
+_Q7_ABORTED = re.compile(r"aborted \[([^\]]*)\], expected the (?:failed|agreed bad) transfers \[([^\]]*)\]")
+
+
+def _f11_shows(kwargs: Mapping[str, Any]) -> bool:
+    """Q7 on a PP stage's step with a transfer the stages agreed failed whose receiver here succeeded."""
+    case = kwargs.get("case")
+    return (
+        isinstance(case, TransferQueueCase)
+        and case.pp_step
+        and any(t.consensus == "bad" and t.poll == "success" for t in case.transfers)
+    )
+
+
+def _f11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """Q7's message exactly as a step that hands the pass the agreed rids as one list (good + bad) gives it: the pass
+    polls this stage's own receivers for them - a listed transfer whose receiver here succeeded is committed (or,
+    in room 0 from 0.5.9, held by F8's gate), one whose receiver failed aborted, every other one kept - so a
+    transfer agreed failed whose receiver here succeeded is not aborted."""
+    from pdverify.properties.releases import DOMAIN
+
+    if not _f11_shows(kwargs):
+        return False
+    case = kwargs["case"]
+    f8 = DOMAIN.release in F8_RELEASES
+    listed = {i: t for i, t in enumerate(case.transfers) if t.consensus is not None}
+    commit = {i for i, t in listed.items() if t.poll == "success" and not (f8 and t.room == 0)}
+    abort = {i for i, t in listed.items() if t.poll == "failed"}
+    keep = set(range(len(case.transfers))) - commit - abort
+    # the transfers agreed failed that this stage's receiver saw succeed: F11's, each committed or held, not aborted
+    flipped = {i for i, t in listed.items() if t.consensus == "bad" and t.poll == "success"}
+    line = message.split("\n", 1)[0]
+    committed, queue, freed = (p.match(line) for p in _Q7_LISTS)
+    aborted = _Q7_ABORTED.match(line)
+    if committed is not None:
+        got, want = _indices(committed[1]), _indices(committed[2])
+        return got == commit and bool((got - want) & flipped)
+    if aborted is not None:
+        got, want = _indices(aborted[1]), _indices(aborted[2])
+        return got == abort and bool((want - got) & flipped)
+    if queue is not None:
+        got, want = _indices(queue[1]), _indices(queue[2])
+        return got == keep and bool((got - want) & flipped)
+    if freed is not None:
+        got = {int(v) for v in re.findall(r"-?\d+", freed[1])}
+        want = {int(v) for v in re.findall(r"-?\d+", freed[2])}
+        slots = {case.transfers[i].decode_slot for i in flipped}
+        return got == {case.transfers[i].decode_slot for i in commit | abort} and bool((want - got) & slots)
     return False
 
 
@@ -1593,6 +1646,12 @@ T29_RELEASES = (
     *("0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2", "0.5.3"),
 )
 """With NIXL's aux transfer of the first metadata buffer only, to 0.5.3 (#11375)."""
+F11_RELEASES = (
+    *("0.5.7", "0.5.8", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"),
+    *("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19"),
+    *("0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+)
+"""F11's releases: every release with the decode PP event loop (#14945, 0.5.7) - none fixes it."""
 F8_RELEASES = (
     *("0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14"),
     *("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
@@ -2191,6 +2250,19 @@ KNOWN: dict[str, KnownDefect] = {
             "request row, so decode rejects byte-exact transfers, and a slot id past the tail rows reads out of bounds",
             _f6_shows,
             _f6_explains,
+        ),
+        KnownDefect(
+            "F11",
+            "Q7",
+            "sglang",
+            F11_RELEASES,
+            "a pipeline-parallel decode stage's transfer step hands the pass the rids every stage finished - succeeded "
+            "or failed alike (_pp_pd_get_decode_transferred_ids) - and the pass polls the stage's own receivers: a "
+            "transfer another stage's receiver failed is committed here when this stage's succeeded, and runs in "
+            "this stage's decode batch while the failing stage aborts it - the stages' batches diverge (from the "
+            "decode PP event loop, #14945, 0.5.7; not fixed in 0.5.23)",
+            _f11_shows,
+            _f11_explains,
         ),
         KnownDefect(
             "F8",

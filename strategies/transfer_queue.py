@@ -45,7 +45,10 @@ def transfer_queues(
     (``capacity + 1`` half of those, else up to ``max_top_logprobs``: no release bounds the count), in rank order
     over distinct ids - and half the time names 1 to 4 token ids whose logprobs it wants (``token_ids_logprob``). The
     model's eos ids are Llama 3.1's, or a quarter of the time none (a configuration without ``eos_token_id``). The
-    rows travel by Mooncake's aux transfer, or half the time by NIXL's where the release has it."""
+    rows travel by Mooncake's aux transfer, or half the time by NIXL's where the release has it. Where the release has
+    a decode PP loop, half the passes are a PP stage's step: each finished transfer agreed good (succeeded on every
+    stage), bad (failed on some stage; this stage's receiver succeeded or failed) or not yet agreed, the rest not
+    agreed on."""
     check_int("max_transfers", max_transfers, minimum=1)
     check_int("max_spare_slots", max_spare_slots)
     check_int("max_new_tokens", max_new_tokens, minimum=1)
@@ -100,8 +103,23 @@ def _transfer_queues(
     nixl = DOMAIN.has("nixl_transport") and c.boolean()
     # what a logprob request asks past the first token's logprob, drawn last for the same reason
     extras = [_logprob_extras(c, t, max_top) if t.logprob is not None else t for t in extras]
+    # a PP decode stage's step (the decode PP loop, 0.5.7 on), drawn last: what the stages agreed of each transfer
+    pp = DOMAIN.has("pp_transfer_consensus") and c.boolean(lean=True)
+    if pp:
+        extras = [replace(t, consensus=_consensus(c, t.poll)) for t in extras]
     return TransferQueueCase(transfers=tuple(extras), slots=slots, eos_token_ids=eos,
-                             transport="nixl" if nixl else "mooncake")  # fmt: skip
+                             transport="nixl" if nixl else "mooncake", pp_step=pp)  # fmt: skip
+
+
+def _consensus(c: Choices, poll: str) -> str | None:
+    """What the PP stages agreed of a transfer this stage's receiver reports ``poll`` for: a finished one (success)
+    succeeded everywhere, failed on another stage, or is still in flight on another (None); a failed one failed
+    (the stages agree at once) or is not yet agreed; one in flight here is not agreed on."""
+    if poll == "success":
+        return c.pick([None, "good", "bad"])
+    if poll == "failed":
+        return c.pick([None, "bad"])
+    return None
 
 
 def _logprob_extras(c: Choices, t: Transfer, max_top: int) -> Transfer:

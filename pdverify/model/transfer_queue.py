@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pdverify.model.checksum import MAX_BOOTSTRAP_ROOM
 from pdverify.validation import require_int
 
+PP_CONSENSUS = ("good", "bad")
+"""What the stages of a pipeline-parallel decode server agreed of a transfer (``Transfer.consensus``): it succeeded
+on every stage, or it failed on some stage."""
 POLL_STATES = ("success", "transferring", "waiting", "bootstrapping", "failed")
 """What a queued transfer's KV receiver reports (``KVPoll``): ``"success"`` - every chunk and prefill's metadata row
 landed; ``"transferring"``, ``"waiting"`` (``WaitingForInput``), ``"bootstrapping"`` - still in flight;
@@ -72,6 +75,11 @@ class Transfer:
     token_ids_logprob: tuple[int, ...] | None = None
     """The token ids whose logprobs the request asks for at each output token (``token_ids_logprob``), with
     ``logprob``; None: it asks for none."""
+    consensus: str | None = None
+    """On a PP stage's transfer step (``TransferQueueCase.pp_step``), what the stages agreed of this transfer
+    (``PP_CONSENSUS``): ``"good"`` - its receiver succeeded on every stage (this one's included: ``poll`` success),
+    ``"bad"`` - it failed on some stage (this stage's receiver finished: ``poll`` success or failed); None: the stages
+    have not agreed on it yet (in flight on some stage), whatever this stage's receiver reports."""
 
     def __post_init__(self) -> None:
         require_int("room", self.room, minimum=0)
@@ -85,6 +93,13 @@ class Transfer:
         if self.poll not in POLL_STATES:
             raise ValueError(f"poll must be one of {', '.join(POLL_STATES)}, got {self.poll!r}")
         require_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.consensus not in (None, *PP_CONSENSUS):
+            raise ValueError(f"consensus must be None or one of {', '.join(PP_CONSENSUS)}, got {self.consensus!r}")
+        if self.consensus == "good" and self.poll != "success":
+            raise ValueError(f"consensus 'good' (succeeded on every stage) needs poll 'success', got {self.poll!r}")
+        if self.consensus == "bad" and self.poll not in ("success", "failed"):
+            raise ValueError(f"consensus 'bad' (every stage finished, one failed) needs poll 'success' or 'failed' "
+                             f"on this stage, got {self.poll!r}")  # fmt: skip
         if self.logprob is not None:
             lp = self.logprob
             if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp > 0:
@@ -144,9 +159,16 @@ class TransferQueueCase:
     configuration names none. A first token among them ends the request like its last token."""
     transport: str = "mooncake"
     """The KV transport (``TRANSPORTS``): whose ``send_aux`` moves each row to decode."""
+    pp_step: bool = False
+    """A pipeline-parallel decode stage's transfer step (``--pp-size`` above 1, the decode PP event loop of #14945)
+    instead of a plain pass: the stages agreed which transfers succeeded everywhere and which failed somewhere
+    (``Transfer.consensus``), and the stage must apply exactly that - commit the good, abort the bad, keep the rest
+    queued whatever its own receivers report - or the stages' batches diverge."""
 
     def __post_init__(self) -> None:
         require_int("slots", self.slots, minimum=1)
+        if not isinstance(self.pp_step, bool):
+            raise ValueError(f"pp_step must be a bool, got {self.pp_step!r}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         if self.eos_token_ids is not None:
@@ -165,6 +187,8 @@ class TransferQueueCase:
         rooms = [t.room for t in self.transfers]
         if len(set(rooms)) != len(rooms):
             raise ValueError(f"each queued request has its own bootstrap room, got {rooms}")
+        if not self.pp_step and any(t.consensus is not None for t in self.transfers):
+            raise ValueError("a transfer's consensus needs pp_step=True (only a PP stage's step is given one)")
 
     def input_features(self) -> tuple[str, ...]:
         """The input features of ``pdverify.properties.releases.FEATURES`` the case uses: a failed transfer is
@@ -173,6 +197,8 @@ class TransferQueueCase:
         used = ["transfer_failure_abort"] if any(t.poll == "failed" for t in self.transfers) else []
         if self.transport == "nixl":
             used.append("nixl_transport")
+        if self.pp_step:
+            used.append("pp_transfer_consensus")
         return tuple(used)
 
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from pdverify.model.transfer_queue import IN_FLIGHT, TOP_LOGPROBS_CAPACITY, TransferQueueCase
+from pdverify.model.transfer_queue import TOP_LOGPROBS_CAPACITY, TransferQueueCase
+
+
+def _outcome(case: TransferQueueCase, i: int) -> str:
+    """What the pass must do with transfer ``i``: ``"commit"``, ``"abort"`` or ``"keep"``. A plain pass follows the
+    receiver; a PP stage's step follows the stages' agreement alone - the good committed, the bad aborted, the rest
+    kept, whatever this stage's receiver reports."""
+    t = case.transfers[i]
+    if case.pp_step:
+        return {"good": "commit", "bad": "abort"}.get(t.consensus or "", "keep")
+    return {"success": "commit", "failed": "abort"}.get(t.poll, "keep")
 
 
 def committed(case: TransferQueueCase) -> list[int]:
-    """Every transfer whose receiver reports success, in queue order: its row has landed, whatever its room."""
-    return [i for i, t in enumerate(case.transfers) if t.poll == "success"]
+    """Every transfer whose receiver reports success (on a PP stage: that every stage's did), in queue order: its row
+    has landed, whatever its room."""
+    return [i for i in range(len(case.transfers)) if _outcome(case, i) == "commit"]
 
 
 def tokens(case: TransferQueueCase) -> list[int]:
@@ -16,18 +27,18 @@ def tokens(case: TransferQueueCase) -> list[int]:
 
 
 def aborted(case: TransferQueueCase) -> list[int]:
-    """Every transfer whose receiver reports a failure, in queue order."""
-    return [i for i, t in enumerate(case.transfers) if t.poll == "failed"]
+    """Every transfer whose receiver reports a failure (on a PP stage: that some stage's did), in queue order."""
+    return [i for i in range(len(case.transfers)) if _outcome(case, i) == "abort"]
 
 
 def queued(case: TransferQueueCase) -> list[int]:
-    """The transfers still in flight, in queue order."""
-    return [i for i, t in enumerate(case.transfers) if t.poll in IN_FLIGHT]
+    """The transfers still in flight (on a PP stage: those the stages have not agreed on), in queue order."""
+    return [i for i in range(len(case.transfers)) if _outcome(case, i) == "keep"]
 
 
 def freed(case: TransferQueueCase) -> list[int]:
     """The decode slots of the transfers that left the queue (committed or aborted), sorted."""
-    return sorted(t.decode_slot for t in case.transfers if t.poll in ("success", "failed"))
+    return sorted(t.decode_slot for i, t in enumerate(case.transfers) if _outcome(case, i) != "keep")
 
 
 def logprobs(case: TransferQueueCase, committed: list[int]) -> list[tuple[float, int] | None]:

@@ -6,7 +6,9 @@ slot (``set_buf``, which also sets the written mark - the fix) and the aux trans
 aborted, a successful one goes through the metadata gate - its row landed once its written mark is set (0.5.9-0.5.23
 read a room of 0 as "not yet written": F8) - and is committed with the row's first token if the row is the request's
 own (another room's row is corruption, aborted); a request asking for one token finishes at once. Every request that
-left the queue frees its decode slot.
+left the queue frees its decode slot. A pipeline-parallel stage's step acts on the stages' agreement instead of its
+own polls (F11's fix): a transfer failed on some stage is aborted, one that succeeded everywhere goes through the gate,
+the rest stay queued.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ class TransferPass:
             return None
         return (1, 1 if t.top_logprobs else None, None if t.token_ids_logprob is None else 1)
 
+    def poll(self, i: int) -> str | None:
+        """What the pass acts on for transfer ``i``: its receiver's poll; on a PP stage's step the stages' agreement -
+        failed for a transfer failed on some stage, its own (successful) poll for one that succeeded on every stage,
+        None (not looked at: kept) for one they have not agreed on."""
+        t = self.case.transfers[i]
+        if not self.case.pp_step:
+            return t.poll
+        return {"good": t.poll, "bad": "failed"}.get(t.consensus or "")
+
     def admit(self, i: int) -> str:
         """The server's admission of transfer ``i``'s request: refused when it asks for more top logprobs than a
         metadata row holds (SGLang: 'abort top_logprobs_num > 128 in PD'), else admitted."""
@@ -87,12 +98,13 @@ class TransferPass:
         for i, t in enumerate(self.case.transfers):
             if prefill[i] != "admitted":  # never queued on decode
                 continue
-            if t.poll == "failed":
+            poll = self.poll(i)
+            if poll == "failed":
                 aborted.append(i)
                 freed.append(t.decode_slot)
                 continue
             row = self.row(i)
-            if t.poll != "success" or not self.landed(row):
+            if poll != "success" or not self.landed(row):
                 queued.append(i)
                 continue
             freed.append(t.decode_slot)

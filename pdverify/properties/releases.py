@@ -221,6 +221,11 @@ FROM_PP_CONSENSUS = Contract(
     "the decode PP event loop, process_prealloc_queue, #14945), first in sglang 0.5.7",
     "0.5.7",
 )
+FROM_PP_TRANSFER = Contract(
+    "a pipeline-parallel decode stage's transfer step given the stages' agreement (the decode PP event loop's "
+    "process_decode_transfer_queue, #14945), first in sglang 0.5.7",
+    "0.5.7",
+)
 FROM_PREFILL_PP = Contract(
     "a pipeline-parallel prefill server (--pp-size above 1 with --disaggregation-mode prefill: the prefill PP event "
     "loop, whose later stages bootstrap a request by what the stages agreed, #8846), first in sglang 0.5.1",
@@ -360,6 +365,7 @@ FEATURES: dict[str, Contract] = {
     "rids_to_check": FROM_RIDS_TO_CHECK,
     "pp_consensus": FROM_PP_CONSENSUS,
     "prefill_pp": FROM_PREFILL_PP,
+    "pp_transfer_consensus": FROM_PP_TRANSFER,
     "handshake_failure_abort": FROM_HANDSHAKE_FAILURE_ABORT,
     "transfer_failure_abort": FROM_TRANSFER_FAILURE_ABORT,
     "nixl_transport": FROM_NIXL_TRANSPORT,

@@ -78,11 +78,17 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
     note_event("top logprobs asked" if any(t.top_logprobs for t in case.transfers) else "no top logprobs")
     asks_ids = any(t.token_ids_logprob is not None for t in case.transfers)
     note_event("token-ids logprobs asked" if asks_ids else "no token-ids logprobs")
+    if case.pp_step:
+        note_event("a PP stage's step: " + ("a transfer agreed failed whose receiver here succeeded" if any(
+            t.consensus == "bad" and t.poll == "success" for t in case.transfers) else "no disagreement"))  # fmt: skip
+    # what the step must follow: the receivers (a plain pass), or what the PP stages agreed
+    good, bad, rest = (("agreed good", "agreed bad", "not agreed on") if case.pp_step
+                       else ("successful", "failed", "in flight"))  # fmt: skip
     assert not trace.raised, f"the pass raised: {trace.raised}"
     if applies("commit"):
         want = oracle.committed(case)
         assert list(trace.committed) == want, (
-            f"committed {_names(trace.committed)}, expected every successful transfer {_names(want)} (rooms "
+            f"committed {_names(trace.committed)}, expected every {good} transfer {_names(want)} (rooms "
             f"{[case.transfers[i].room for i in want]})"
         )
         assert list(trace.tokens) == oracle.tokens(case), (
@@ -118,12 +124,11 @@ def test_q7_transfer_queue_commits(target: Target, device: str, case: TransferQu
         )
     if applies("failed_aborted"):
         assert list(trace.aborted) == oracle.aborted(case), (
-            f"aborted {_names(trace.aborted)}, expected the failed transfers {_names(oracle.aborted(case))}"
+            f"aborted {_names(trace.aborted)}, expected the {bad} transfers {_names(oracle.aborted(case))}"
         )
     if applies("in_flight"):
         assert list(trace.queued) == oracle.queued(case), (
-            f"queue after the pass {_names(trace.queued)}, expected the transfers in flight "
-            f"{_names(oracle.queued(case))}"
+            f"queue after the pass {_names(trace.queued)}, expected the transfers {rest} {_names(oracle.queued(case))}"
         )
         assert list(trace.freed) == oracle.freed(case), (
             f"freed decode slots {list(trace.freed)}, expected those of the requests that left {oracle.freed(case)}"

@@ -32,7 +32,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import torch
@@ -307,6 +307,29 @@ def _token(req: Any) -> int | None:  # pragma: no cover - conformance venv
     return None if held is None else int(held)
 
 
+def pp_transfer_step(queue: Any, good: list[str], bad: list[str]) -> list[Any]:  # pragma: no cover - conformance
+    """A pipeline-parallel decode stage's transfer step: the release's own ``SchedulerPPMixin
+    .process_decode_transfer_queue`` (the decode PP event loop's, 0.5.7 on) on a scheduler holding ``queue``, given
+    what the stages agreed - the transfers that succeeded on every stage (``good``) and failed on some (``bad``) - in
+    the release's form: where the pass takes ``pp_good_rids`` (F11's fix) the two lists; in every release, the one
+    list the PP loop builds, the rids every stage finished, succeeded or failed alike
+    (``_pp_pd_get_decode_transferred_ids``: good + bad). Returns the requests the step released to the waiting queue
+    (checked against the rids it returns)."""
+    from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
+
+    waiting: list[Any] = []
+    # the scheduler is a stand-in (a SimpleNamespace where ``Scheduler`` is annotated)
+    stage = cast(Any, SimpleNamespace(disagg_decode_transfer_queue=queue, waiting_queue=waiting, enable_hisparse=False))
+    if not hasattr(queue, "_deferred_releases"):  # 0.5.22 on: the step first resolves held deferred releases
+        queue._deferred_releases = []
+    lists = "pp_good_rids" in inspect.signature(queue.pop_transferred).parameters
+    result = SchedulerPPMixin.process_decode_transfer_queue(stage, cast(Any, [good, bad] if lists else good + bad))
+    released_rids = result[0] if lists and result is not None else result
+    if released_rids is None or list(released_rids) != [r.rid for r in waiting]:
+        raise AssertionError(f"process_decode_transfer_queue returned {result!r}, released {[r.rid for r in waiting]}")
+    return waiting
+
+
 def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace:  # pragma: no cover - conformance
     """One ``pop_transferred`` pass of the installed release over ``case`` (host-side: ``device`` is not read)."""
     from pdverify.targets.sglang_request import release_request
@@ -374,7 +397,12 @@ def sglang_transfer_queue(case: TransferQueueCase, device: str) -> TransferTrace
     returned: list[Any] = []
     try:
         with released(sg):
-            returned = list(queue.pop_transferred())
+            if case.pp_step:  # a PP stage: its scheduler's own step, given what the stages agreed (in queue order)
+                agreed = [(f"pdverify-tq-{i}", case.transfers[i].consensus) for i in queued_at]
+                returned = pp_transfer_step(queue, good=[r for r, c in agreed if c == "good"],
+                                            bad=[r for r, c in agreed if c == "bad"])  # fmt: skip
+            else:
+                returned = list(queue.pop_transferred())
     except Exception as e:  # the pass raising takes the scheduler down: a verdict, reported
         failure = raised(e)
     left = {id(e.req) for e in queue.queue}
