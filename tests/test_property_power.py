@@ -90,7 +90,7 @@ KILLERS: dict[str, list[str]] = {
     # Q7: F8's sentinel, the wrong slot's row, a leaked slot, a failure left queued, a one-token request dropped, the
     # queue reordered, the room read as the token, the logprob and the cached count dropped, the top logprobs to the
     # row's capacity, no token-ids row
-    "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09", "XU10", "XU11"],
+    "Q7": ["XU01", "XU02", "XU03", "XU04", "XU05", "XU06", "XU07", "XU08", "XU09", "XU10", "XU11", "XU15", "XU16"],
     # Q8: no bound on the top logprobs (F9), refused at the capacity, cut to the row
     "Q8": ["XU12", "XU13", "XU14"],
     # Q9: a sample in its prompt's room (F10), per-prompt rooms repeated, a room one off, a sample dropped, a

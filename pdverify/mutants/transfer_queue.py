@@ -136,3 +136,30 @@ class _TruncateTop(TransferPass):
 @mutant("XU14", "transfer_queue", "silent truncation", "top logprobs past the row admitted and cut to the row")
 def truncate_top(case: TransferQueueCase, device: str) -> TransferTrace:
     return _TruncateTop(case).run()
+
+
+class _OwnPolls(TransferPass):
+    def poll(self, i: int) -> str | None:
+        t = self.case.transfers[i]
+        return t.poll if not self.case.pp_step or t.consensus is not None else None
+
+
+@mutant(
+    "XU15",
+    "transfer_queue",
+    "ignored argument",
+    "a PP stage's step polls its own receivers for the agreed transfers, failed or not (F11)",
+)
+def pp_own_polls(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _OwnPolls(case).run()
+
+
+class _UnagreedPolled(TransferPass):
+    def poll(self, i: int) -> str | None:
+        t = self.case.transfers[i]
+        return t.poll if self.case.pp_step and t.consensus is None else super().poll(i)
+
+
+@mutant("XU16", "transfer_queue", "missing check", "a PP stage's step acts on a transfer the stages have not agreed on")
+def pp_unagreed_polled(case: TransferQueueCase, device: str) -> TransferTrace:
+    return _UnagreedPolled(case).run()
