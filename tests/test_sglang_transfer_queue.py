@@ -185,3 +185,64 @@ def test_q7_fails_when_the_token_ids_row_is_planted_away() -> None:
         pytest.raises(AssertionError, match="logprob rows"),
     ):
         _q7(LOGPROBS)
+
+
+PP_CASE = TransferQueueCase(
+    transfers=(Transfer(room=4242, decode_slot=5, prefill_slot=23, first_token=128006, consensus="bad"),
+               Transfer(room=4243, decode_slot=6, prefill_slot=24, first_token=128006, consensus="good"),
+               Transfer(room=4244, decode_slot=7, prefill_slot=25, first_token=791, poll="failed"),
+               Transfer(room=4245, decode_slot=1, prefill_slot=2, first_token=791, poll="failed", consensus="bad")),
+    slots=64,
+    pp_step=True,
+)  # fmt: skip
+"""A PP stage's transfer step: #0 failed on another stage (its receiver here succeeded), #1 succeeded everywhere, #2
+failed here but not yet agreed on, #3 failed here and agreed bad."""
+
+
+def _pp_mixin() -> Any:
+    mixin = pytest.importorskip("sglang.srt.managers.scheduler_pp_mixin").SchedulerPPMixin
+    if not hasattr(mixin, "process_decode_transfer_queue"):
+        pytest.skip("the release has no decode PP loop (before 0.5.7)")
+    return mixin
+
+
+def test_the_pp_step_is_the_releases_own() -> None:
+    """The driver's PP step is the release's ``process_decode_transfer_queue``, handed the consensus in the release's
+    form - the rids every stage finished, good and bad alike (the released form), or [good, bad] (F11's fix) - and its
+    pass looks at no other transfer."""
+    mixin = _pp_mixin()
+    sg = _sglang()
+    steps: list[Any] = []
+    passes: list[tuple[Any, ...]] = []
+    real_step, real_pass = mixin.process_decode_transfer_queue, sg.DecodeTransferQueue.pop_transferred
+
+    def spy_step(self: Any, release_rids: Any) -> Any:
+        steps.append(release_rids)
+        return real_step(self, release_rids)
+
+    @functools.wraps(real_pass)  # the driver reads the pass's signature for the consensus form
+    def spy_pass(self: Any, *args: Any, **kw: Any) -> Any:
+        passes.append((args, kw))
+        return real_pass(self, *args, **kw)
+
+    with (
+        mock.patch.object(mixin, "process_decode_transfer_queue", spy_step),
+        mock.patch.object(sg.DecodeTransferQueue, "pop_transferred", spy_pass),
+    ):
+        trace = _target().require("transfer_queue")(PP_CASE, "cpu")
+    assert steps in ([["pdverify-tq-1", "pdverify-tq-0", "pdverify-tq-3"]],
+                     [[["pdverify-tq-1"], ["pdverify-tq-0", "pdverify-tq-3"]]]), steps  # fmt: skip
+    assert len(passes) == 1 and trace.queued == (2,), (passes, trace)  # #2, failed here but not agreed on, stays
+
+
+def test_the_released_step_commits_a_transfer_another_stage_failed() -> None:
+    """F11 as released (0.5.7-0.5.23): the step hands the pass good + bad as one list and the pass polls this stage's
+    receivers - #0, failed on another stage and succeeded here, is committed; #3, failed here too, is aborted."""
+    _pp_mixin()
+    sg = _sglang()
+    import inspect
+
+    if "pp_good_rids" in inspect.signature(sg.DecodeTransferQueue.pop_transferred).parameters:
+        pytest.skip("the release's pass takes the consensus lists (F11's fix applied)")
+    trace = _target().require("transfer_queue")(PP_CASE, "cpu")
+    assert (trace.committed, trace.aborted, trace.queued) == ((0, 1), (3,), (2,)), trace

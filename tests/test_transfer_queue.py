@@ -35,6 +35,9 @@ T = Transfer(room=0, decode_slot=0, prefill_slot=1, first_token=5)
         ({"logprob": -1.0, "token_ids_logprob": ()}, "non-empty tuple"),
         ({"logprob": -1.0, "token_ids_logprob": (128256,)}, r"token_ids_logprob\[\] must be < 128256"),
         ({"logprob": -1.0, "token_ids_logprob": (-1,)}, r"token_ids_logprob\[\]"),
+        ({"consensus": "ready"}, "consensus must be None or one of good, bad, got 'ready'"),
+        ({"consensus": "good", "poll": "failed"}, "consensus 'good' .* needs poll 'success', got 'failed'"),
+        ({"consensus": "bad", "poll": "transferring"}, "consensus 'bad' .* needs poll 'success' or 'failed'"),
     ],
 )
 def test_a_transfer_refuses_bad_fields(fields: dict[str, object], names: str) -> None:
@@ -59,6 +62,16 @@ def test_a_transfer_refuses_bad_fields(fields: dict[str, object], names: str) ->
 def test_a_case_refuses_what_no_queue_holds(transfers: object, slots: int, eos: object, names: str) -> None:
     with pytest.raises(ValueError, match=names):
         TransferQueueCase(transfers=transfers, slots=slots, eos_token_ids=eos)  # type: ignore[arg-type]
+
+
+def test_a_consensus_needs_a_pp_step() -> None:
+    agreed = Transfer(room=0, decode_slot=0, prefill_slot=1, first_token=5, consensus="good")
+    with pytest.raises(ValueError, match="a transfer's consensus needs pp_step=True"):
+        TransferQueueCase(transfers=(agreed,), slots=2)
+    with pytest.raises(ValueError, match="pp_step must be a bool, got 1"):
+        TransferQueueCase(transfers=(T,), slots=2, pp_step=1)  # type: ignore[arg-type]
+    staged = TransferQueueCase(transfers=(agreed,), slots=2, pp_step=True)
+    assert staged.input_features() == ("pp_transfer_consensus",)
 
 
 @pytest.mark.parametrize(
@@ -107,12 +120,15 @@ def test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token(case: Trans
             seen.add("logprob only")
     if case.eos_token_ids is None:
         seen.add("no eos")
+    for t in case.transfers if case.pp_step else ():
+        seen.add(f"pp {t.consensus} {t.poll}" if t.consensus == "bad" else f"pp {t.consensus}")
 
 
 def test_the_strategy_reached_all_of_it() -> None:
     test_the_strategy_reaches_every_poll_room_zero_eos_and_one_token()
     want = {"success", "transferring", "waiting", "bootstrapping", "failed", "room 0 done", "eos first", "one token",
-            "no eos", "top at capacity", "top logprobs", "token ids", "logprob only"}  # fmt: skip
+            "no eos", "top at capacity", "top logprobs", "token ids", "logprob only",
+            "pp good", "pp bad success", "pp bad failed", "pp None"}  # fmt: skip
     assert want <= seen, want - seen
 
 
