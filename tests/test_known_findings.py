@@ -922,3 +922,57 @@ def test_f10_is_each_prompts_samples_in_its_room_and_t31_no_room_at_all() -> Non
     assert not t31.explains(batch, routed.format("[None, x]"))
     assert t31.explains(per, head.format("[None, None, None, None]", "[None]"))
     assert not t31.explains(per, "the call's samples are of prompts [0], expected [0, 0, 1, 1]")
+
+
+def test_f11_is_a_pp_stage_following_its_own_receivers() -> None:
+    """F11 (0.5.7-0.5.23): a PP decode stage's transfer step hands the pass the agreed rids as one list and the pass
+    polls its own receivers. It shows only on a PP step with a transfer agreed bad whose receiver here succeeded, and
+    explains Q7's message only when the step's own polls give exactly the reported list - and it differs on such a
+    transfer (F8's room-0 hold applied from 0.5.9)."""
+    from pdverify.model.transfer_queue import Transfer, TransferQueueCase
+
+    f11 = KNOWN["F11"]
+    assert (f11.releases[0], f11.releases[-1], f11.properties()) == ("0.5.7", "0.5.23", ("Q7",))
+    bad = Transfer(room=3, decode_slot=0, prefill_slot=0, first_token=1, consensus="bad")
+    good = Transfer(room=4, decode_slot=1, prefill_slot=1, first_token=1, consensus="good")
+    case = {"case": TransferQueueCase(transfers=(bad, good), slots=2, pp_step=True)}
+    agreed = {"case": TransferQueueCase(transfers=(replace(bad, poll="failed"), good), slots=2, pp_step=True)}
+    assert f11.shows(case) and not f11.shows(agreed) and not f11.shows({"case": None})
+    committed = "committed {}, expected every agreed good transfer [#1] (rooms [4])"
+    aborted = "aborted {}, expected the agreed bad transfers [#0]"
+
+    def check() -> None:
+        assert f11.explains(case, committed.format("[#0, #1]"))
+        assert not f11.explains(case, committed.format("[#1]"))  # no difference
+        assert not f11.explains(case, committed.format("[#0]"))  # the good one lost: not F11's
+        assert f11.explains(case, aborted.format("[]"))
+        assert not f11.explains(case, aborted.format("[#0]"))
+        assert not f11.explains(agreed, committed.format("[#1]"))
+        assert not f11.explains(case, "the pass raised: RuntimeError")
+
+    _bound("0.5.23", check)
+    # room 0 from 0.5.9: F8's gate holds the flipped transfer - kept, neither committed nor aborted
+    zero = {"case": TransferQueueCase(transfers=(replace(bad, room=0), good), slots=2, pp_step=True)}
+    queue = "queue after the pass {}, expected the transfers not agreed on []"
+
+    def held() -> None:
+        assert f11.explains(zero, queue.format("[#0]")) and not f11.explains(zero, committed.format("[#0, #1]"))
+
+    _bound("0.5.23", held)
+
+
+def test_t33_is_a_later_prefill_stage_following_its_own_sender() -> None:
+    """T33 (0.5.1-0.5.16): a later PP prefill stage bootstraps a request the stages agreed failed. It shows only on
+    S25 with a failed agreement and explains only S25's message that the request was not dropped."""
+    from pdverify.model.exchange import PrefillCase
+
+    t33 = KNOWN["T33"]
+    assert (t33.releases[0], t33.releases[-1], t33.properties()) == ("0.5.1", "0.5.16", ("S25",))
+    case = PrefillCase(1, 1, 0, (1,), (1,))
+    bad = {"case": case, "consensus": "bad", "waits": 1}
+    assert t33.shows(bad) and not t33.shows({**bad, "consensus": "good"}) and not t33.shows({"case": None})
+    head = "a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped "
+    assert t33.explains(bad, head + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains(bad, head + "False, bootstraps [True], shipped []")  # the buffer wait not taken
+    assert not t33.explains(bad, head + "True, bootstraps [False], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains({**bad, "waits": None}, head + "False, bootstraps [True], shipped []")
