@@ -924,7 +924,13 @@ def _f11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     if not _f11_shows(kwargs):
         return False
     case = kwargs["case"]
-    f8 = DOMAIN.release in F8_RELEASES
+    # F8's room-0 hold where the release has it - or not, where F8's own fix is applied (a patched run)
+    holds = (True, False) if DOMAIN.release in F8_RELEASES else (False,)
+    return any(_f11_message(case, message, hold) for hold in holds)
+
+
+def _f11_message(case: TransferQueueCase, message: str, f8: bool) -> bool:
+    """Whether ``message`` is Q7's for the step that polls this stage's receivers (``f8``: room 0 held by F8)."""
     listed = {i: t for i, t in enumerate(case.transfers) if t.consensus is not None}
     commit = {i for i, t in listed.items() if t.poll == "success" and not (f8 and t.room == 0)}
     abort = {i for i, t in listed.items() if t.poll == "failed"}
