@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdverify.model.pipeline import PP_CONSENSUS
 from pdverify.validation import require_int, require_page_size
 
 STATE_TYPES: tuple[str, ...] = (
@@ -67,11 +68,6 @@ ring 2, or ``1 << (drafts + 1).bit_length()`` with 1-3 draft tokens)."""
 DEFERRED_ROOMS: tuple[str, ...] = ("fresh", "duplicate", "cancelled")
 """Deferred decode allocation (``--disaggregation-decode-allocation-policy prefill_complete``): the request's
 bootstrap room is fresh, already opened by another sender, or cancelled by decode before the sender existed."""
-
-PP_CONSENSUS: tuple[str, ...] = ("good", "bad")
-"""What the pipeline-parallel prefill stages agreed for a request at a bootstrap step: ``good`` (ready - every
-stage's sender polled WaitingForInput; from 0.5.22 the first stage's poll, which every stage takes) or ``bad``
-(failed - some stage's sender failed; from 0.5.22 the first stage's)."""
 
 DP_BALANCE: tuple[str, ...] = ("query", "follow_room")
 """How attention-DP requests find their prefill DP rank: the sender registers its rank with the bootstrap server
@@ -181,9 +177,10 @@ class PrefillCase:
     (``RANK_SPLITS``); None: one rank sends everything."""
     pp_consensus: str | None = None
     """A pipeline-parallel prefill stage (``--pp-size`` above 1, #8846): what the stages agreed for the request
-    (``PP_CONSENSUS``) when this stage's bootstrap step runs, this stage's own sender ready (WaitingForInput) either
-    way; the stage must follow it - bootstrap a ``good`` request, fail a ``bad`` one - or the stages' batches
-    diverge. None: one stage, the plain pass."""
+    (``PP_CONSENSUS``) when this stage's bootstrap step runs - ``good``: every stage's sender polled WaitingForInput
+    (from 0.5.22 the first stage's poll, which every stage takes), ``bad``: some stage's sender failed (from 0.5.22 the
+    first stage's) - this stage's own sender ready (WaitingForInput) either way; the stage must follow it - bootstrap
+    a ``good`` request, fail a ``bad`` one - or the stages' batches diverge. None: one stage, the plain pass."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 

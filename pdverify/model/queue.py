@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdverify.model.layout import pages_needed
+from pdverify.model.pipeline import PP_CONSENSUS
 from pdverify.validation import require_int, require_page_size
 
 CLIP_MAX_NEW_TOKENS = 4096
@@ -36,10 +37,6 @@ RECEIVER_FAILURES = ("peer", "abort")
 reported the transfer failed (the KV manager's status of its room is ``KVPoll.Failed``; the receiver concludes it
 when polled); ``"abort"`` - the client aborted the request while queued, and the scheduler's ``AbortReq`` handler
 aborted its receiver (``kv_receiver.abort()``: its ``conclude_state`` is ``KVPoll.Failed`` at once)."""
-PP_CONSENSUS = ("good", "bad")
-"""A queued request's place in the pipeline-parallel consensus a PP pass is given (``QueuedRequest.consensus``):
-``"good"`` - in ``pp_good_rids`` (its KV receiver was ready on every pipeline stage when the stages agreed);
-``"bad"`` - in ``pp_bad_rids`` (it failed on some stage, or was aborted: the scheduler's ``_route_aborts_to_bad``)."""
 ALLOCATION_POLICIES = ("early", "prefill_complete")
 """``--disaggregation-decode-allocation-policy`` (0.5.22 on; ``"early"`` the default). A release before the flag
 behaves as ``"early"``: it asks prefill to recompute a rebootstrapped request once its destinations are sent."""
@@ -78,8 +75,10 @@ class QueuedRequest:
     reports ``WaitingForInput`` when ``bootstrapped``, else ``Bootstrapping``. ``bootstrapped`` then says whether an
     earlier pass saw it ready (``waiting_for_input``)."""
     consensus: str | None = None
-    """Its place in the PP consensus (one of ``PP_CONSENSUS``; None: in neither list - the stages have not agreed
-    on it yet); only read when the case is a PP pass (``DecodeQueueCase.pp_consensus``). The consensus was reached
+    """Its place in the PP consensus (one of ``PP_CONSENSUS``): ``"good"`` - in ``pp_good_rids`` (its KV receiver
+    was ready on every pipeline stage when the stages agreed), ``"bad"`` - in ``pp_bad_rids`` (it failed on some
+    stage, or was aborted: the scheduler's ``_route_aborts_to_bad``); None: in neither list - the stages have not
+    agreed on it yet; only read when the case is a PP pass (``DecodeQueueCase.pp_consensus``). The consensus was reached
     before the pass and is authoritative: its verdict need not match this stage's own receiver now (a receiver that
     failed, or an abort that arrived, after the stages agreed)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)

@@ -17,11 +17,9 @@ import struct
 from dataclasses import dataclass
 
 from pdverify.model.checksum import MAX_BOOTSTRAP_ROOM
+from pdverify.model.pipeline import PP_CONSENSUS
 from pdverify.validation import require_int
 
-PP_CONSENSUS = ("good", "bad")
-"""What the stages of a pipeline-parallel decode server agreed of a transfer (``Transfer.consensus``): it succeeded
-on every stage, or it failed on some stage."""
 POLL_STATES = ("success", "transferring", "waiting", "bootstrapping", "failed")
 """What a queued transfer's KV receiver reports (``KVPoll``): ``"success"`` - every chunk and prefill's metadata row
 landed; ``"transferring"``, ``"waiting"`` (``WaitingForInput``), ``"bootstrapping"`` - still in flight;

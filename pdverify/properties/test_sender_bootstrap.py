@@ -21,7 +21,8 @@ from dataclasses import replace
 from hypothesis import example
 from hypothesis import strategies as st
 
-from pdverify.model.exchange import PP_CONSENSUS, PrefillCase, PrefillTrace, Transfer
+from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
+from pdverify.model.pipeline import PP_CONSENSUS
 from pdverify.oracle import prefill_exchange as oracle
 from pdverify.properties.registry import Clause, applies, note_event, prop, within_release
 from pdverify.properties.releases import (
