@@ -874,6 +874,11 @@ def _indices(text: str) -> set[int]:
     return {int(i) for i in re.findall(r"#(\d+)", text)}
 
 
+def _ints(text: str) -> set[int]:
+    """The integers of a printed list (Q7's freed decode slots)."""
+    return {int(v) for v in re.findall(r"-?\d+", text)}
+
+
 _Q7_LISTS = (
     re.compile(r"committed \[([^\]]*)\], expected every (?:successful|agreed good) transfer \[([^\]]*)\]"),
     re.compile(r"queue after the pass \[([^\]]*)\], expected the transfers (?:in flight|not agreed on) \[([^\]]*)\]"),
@@ -895,8 +900,7 @@ def _f8_q7_explains(kwargs: Mapping[str, Any], message: str) -> bool:
         got, want = _indices(queue[1]), _indices(queue[2])
         return want <= got and got - want == stuck
     if freed is not None:
-        got = {int(v) for v in re.findall(r"-?\d+", freed[1])}
-        want = {int(v) for v in re.findall(r"-?\d+", freed[2])}
+        got, want = _ints(freed[1]), _ints(freed[2])
         return got <= want and want - got == {case.transfers[i].decode_slot for i in stuck}
     return False
 
@@ -950,8 +954,7 @@ def _f11_message(case: TransferQueueCase, message: str, f8: bool) -> bool:
         got, want = _indices(queue[1]), _indices(queue[2])
         return got == keep and bool((got - want) & flipped)
     if freed is not None:
-        got = {int(v) for v in re.findall(r"-?\d+", freed[1])}
-        want = {int(v) for v in re.findall(r"-?\d+", freed[2])}
+        got, want = _ints(freed[1]), _ints(freed[2])
         slots = {case.transfers[i].decode_slot for i in flipped}
         return got == {case.transfers[i].decode_slot for i in commit | abort} and bool((want - got) & slots)
     return False
