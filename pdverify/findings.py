@@ -1444,20 +1444,40 @@ def _unpolled_explains(kwargs: Mapping[str, Any], message: str) -> bool:
 
 
 def _t33_shows(kwargs: Mapping[str, Any]) -> bool:
-    """S25 with the stages agreed the request failed: a later stage's own sender ready, its pass finalises it."""
+    """S25 with the stages agreed the request failed: a later stage's pass finalises it once its own sender polls
+    ready (at once, or - its sender late - the step after it kept it queued)."""
     return kwargs.get("consensus") == "bad" and isinstance(kwargs.get("case"), PrefillCase)
 
 
 def _t33_explains(kwargs: Mapping[str, Any], message: str) -> bool:
-    """S25's message exactly as a stage whose own poll (ready) decides a request the stages agreed failed gives it:
-    not dropped, bootstrapped once its metadata buffer frees."""
-    waits = kwargs.get("waits")
-    if not _t33_shows(kwargs) or not isinstance(waits, int):
+    """S25's message exactly as a stage whose own poll decides a request the stages agreed failed gives it: not
+    dropped, bootstrapped once its own sender is ready and its metadata buffer frees (a late sender's first step one
+    of the buffer's polls)."""
+    waits, late = kwargs.get("waits"), kwargs.get("late", False)
+    if not _t33_shows(kwargs) or not isinstance(waits, int) or not isinstance(late, bool):
         return False
-    bootstraps = [False] * waits + [True]
+    bootstraps = [False] * max(waits, int(late)) + [True]
     return message.startswith(
-        "a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped False, "
-        f"bootstraps {bootstraps}, shipped "
+        f"a request the PP stages agreed failed was bootstrapped on this stage (its own sender "
+        f"{'late' if late else 'ready'}): dropped False, bootstraps {bootstraps}, shipped "
+    )
+
+
+def _t34_shows(kwargs: Mapping[str, Any]) -> bool:
+    """S25 with this stage's own sender late: the first stage popped the request (ready or failed) while this
+    stage's sender still bootstraps."""
+    return kwargs.get("late") is True and isinstance(kwargs.get("case"), PrefillCase)
+
+
+def _t34_explains(kwargs: Mapping[str, Any], message: str) -> bool:
+    """The release's own assert in ``pop_bootstrapped`` (``poll == WaitingForInput or poll == Failed`` for every rid
+    the first stage popped), raised by the stage's bootstrap step."""
+    return _t34_shows(kwargs) and bool(
+        re.fullmatch(
+            r"the PP stage's bootstrap step raised AssertionError at prefill\.py:\d+ "
+            r"`assert poll == KVPoll\.WaitingForInput or poll == KVPoll\.Failed`",
+            message,
+        )
     )
 
 
@@ -1706,6 +1726,10 @@ T25_RELEASES = (*QUEUE_NO_RETRACT, *QUEUE_READ_ONCE, *QUEUE_EARLY)
 
 T33_RELEASES = T25_RELEASES[T25_RELEASES.index("0.5.1") :]
 """T33's releases: from 0.5.1 (the prefill PP event loop, #8846) to 0.5.16 (fixed in 0.5.17, upstream #31869)."""
+
+T34_RELEASES = T33_RELEASES[: T33_RELEASES.index("0.5.7")]
+"""T34's releases: from 0.5.1 (the prefill PP event loop, #8846) to 0.5.6.post2 (0.5.7's asynchronous PP loop, upstream
+#11852, dropped the assert: each stage's own poll joins the bootstrap consensus)."""
 
 T27_RELEASES = T25_RELEASES[: T25_RELEASES.index("0.5.14")]
 """T27's releases: every release to 0.5.13.post1 (0.5.14's ``SamplingParams.normalize`` refuses ``min_new_tokens``
@@ -2058,6 +2082,20 @@ KNOWN: dict[str, KnownDefect] = {
             "stages' batches diverge (fixed in 0.5.17, upstream #31869)",
             _t33_shows,
             _t33_explains,
+        ),
+        KnownDefect(
+            "T34",
+            "S25",
+            "sglang",
+            T34_RELEASES,
+            "a later stage of a pipeline-parallel prefill server asserts that its own KV sender has finished "
+            "bootstrapping (WaitingForInput or Failed) for every request the first stage popped: the PP loop hands "
+            "it the first stage's rids as rids_to_check, and each stage's sender bootstraps with decode on its own, "
+            "so a sender that decode's destinations reach after the first stage's takes the stage down "
+            "(AssertionError in pop_bootstrapped; gone in 0.5.7, whose consensus takes every stage's own poll, "
+            "upstream #11852)",
+            _t34_shows,
+            _t34_explains,
         ),
         KnownDefect(
             "T15",

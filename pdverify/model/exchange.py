@@ -181,6 +181,12 @@ class PrefillCase:
     (from 0.5.22 the first stage's poll, which every stage takes), ``bad``: some stage's sender failed (from 0.5.22 the
     first stage's) - this stage's own sender ready (WaitingForInput) either way; the stage must follow it - bootstrap
     a ``good`` request, fail a ``bad`` one - or the stages' batches diverge. None: one stage, the plain pass."""
+    pp_own_late: bool = False
+    """On a PP stage (``pp_consensus`` set): decode's destinations reach this stage's sender one step after the first
+    stage's (each stage's sender bootstraps with decode on its own; network latency orders them), so at the first
+    step this stage's own sender still polls Bootstrapping, without decode's prefix length, and the stages have not
+    agreed the request ready there. The stage must keep the request queued until they have (a request agreed failed
+    is failed at once), then bootstrap it as on one stage. False: this stage's sender is ready at the first step."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """Registered request fields (``pdverify.strategies.fields``), set on the request object the driver builds."""
 
@@ -326,6 +332,13 @@ class PrefillCase:
                     f"pp_consensus={self.pp_consensus!r} with {', '.join(named)}: SGLang's server refuses these "
                     "with --pp-size above 1"
                 )
+        if self.pp_own_late and self.pp_consensus is None:
+            raise ValueError("pp_own_late=True needs a PP stage (pp_consensus 'good' or 'bad'): one stage has no other")
+        if self.pp_own_late and self.fails_at_creation:
+            raise ValueError(
+                "pp_own_late=True with a sender that fails at its creation: that sender polls Failed, never "
+                "Bootstrapping"
+            )
         if self.pp_consensus == "good" and self.fails_at_creation:
             raise ValueError(
                 "pp_consensus='good' with a sender that fails at its creation: this stage's own poll is Failed, so "

@@ -329,8 +329,10 @@ def prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:
         failed = PrefillTrace(0, req.sender.transfers, [req.start_send_idx], bootstraps=[False], dropped=True)
         failed.statuses, failed.registrations = req.sender.statuses, req.sender.registrations
         return failed
-    # finalize_bootstrap: polled until a metadata buffer is free (one the request holds is kept)
-    bootstraps = [False] * (0 if case.held_buffer else case.buffer_waits) + [True]
+    # finalize_bootstrap: polled until a metadata buffer is free (one the request holds is kept); a PP stage whose
+    # own sender bootstraps late is first polled while the stages have not agreed (that poll one of the buffer's)
+    waits = 0 if case.held_buffer else case.buffer_waits
+    bootstraps = [False] * max(waits, int(case.pp_own_late)) + [True]
     req.decode_prefix = req.start_send_idx = case.decode_prefix
     req.sender.init(kv_to_page_num(case.length - case.decode_prefix, case.page_size), case.aux_index)
     trace = PrefillTrace(req.sender.num_kv_indices, req.sender.transfers, [req.start_send_idx])

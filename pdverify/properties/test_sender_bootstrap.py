@@ -308,37 +308,43 @@ def test_s24_pack_limit_only_for_relayout_peers(
     )
 
 
-@example(case=SPEC, consensus="bad", waits=0)
-@example(case=SPEC, consensus="good", waits=1)
+@example(case=SPEC, consensus="bad", waits=0, late=False)
+@example(case=SPEC, consensus="good", waits=1, late=False)
+@example(case=SPEC, consensus="good", waits=0, late=True)
 @prop(
     "S25",
     "a later stage of a pipeline-parallel prefill server bootstraps a request as the stages agreed, whatever its own "
     "sender polls: one agreed failed is failed here (handle_bootstrap_failure) and ships nothing; one agreed ready "
-    "ships exactly what it ships on a server of one stage",
+    "ships exactly what it ships on a server of one stage; while this stage's own sender still bootstraps (decode's "
+    "destinations reach it after the first stage's), the stages have not agreed the request ready: it stays queued",
     needs=NEEDS,
     contract=FROM_PREFILL_PP,
     case=prefill_cases(),
     consensus=st.sampled_from(PP_CONSENSUS),
     waits=st.integers(0, 2),
+    late=st.booleans(),
 )
 def test_s25_pp_stage_follows_the_consensus(
-    target: Target, device: str, case: PrefillCase, consensus: str, waits: int
+    target: Target, device: str, case: PrefillCase, consensus: str, waits: int, late: bool
 ) -> None:
     # the server refuses unified memory (translated ids) with --pp-size above 1
     plain = replace(case, translation=None, buffer_waits=waits)
-    staged = replace(plain, pp_consensus=consensus)
-    note_event(f"PP consensus: {consensus}")
+    staged = replace(plain, pp_consensus=consensus, pp_own_late=late)
+    note_event(f"PP consensus: {consensus}" + (", this stage's sender late" if late else ""))
     got = _run(target, staged, device)
     if consensus == "bad":
         assert got.dropped and not got.transfers, (
-            f"a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped "
-            f"{got.dropped}, bootstraps {got.bootstraps}, shipped {_plain(got.transfers)}"
+            f"a request the PP stages agreed failed was bootstrapped on this stage (its own sender "
+            f"{'late' if late else 'ready'}): dropped {got.dropped}, bootstraps {got.bootstraps}, shipped "
+            f"{_plain(got.transfers)}"
         )
         return
     want = _run(target, plain, device)
-    assert not got.dropped and got.bootstraps == want.bootstraps, (
-        f"a request the PP stages agreed ready: dropped {got.dropped}, bootstraps {got.bootstraps}; on one stage "
-        f"{want.bootstraps}"
+    # the step that finds this stage's sender still bootstrapping is one of the polls that wait for a buffer
+    bootstraps = [False] * max(len(want.bootstraps) - 1, int(late)) + [True] if want.bootstraps else []
+    assert not got.dropped and got.bootstraps == bootstraps, (
+        f"a request the PP stages agreed ready (this stage's sender {'late' if late else 'ready'}): dropped "
+        f"{got.dropped}, bootstraps {got.bootstraps}, expected {bootstraps} (on one stage {want.bootstraps})"
     )
     assert _plain(got.transfers) == _plain(want.transfers) and got.num_pages == want.num_pages, (
         f"a request the PP stages agreed ready shipped {_plain(got.transfers)} ({got.num_pages} pages); on one stage "

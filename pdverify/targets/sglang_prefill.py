@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import traceback
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ import torch
 from pdverify.model.exchange import PrefillCase, PrefillTrace, Transfer
 from pdverify.model.sender import BootstrapCase, BootstrapTrace, SenderCase, SenderTrace
 from pdverify.production.transfer import KvChunk, PrefillSendState
-from pdverify.targets.sglang_context import context, published
+from pdverify.targets.sglang_context import builds_server_args, context, published, server_args
 from pdverify.targets.sglang_group import one_rank_gloo
 from pdverify.targets.sglang_request import release_request
 
@@ -93,6 +94,8 @@ class _Manager:
 
         self.request_status: dict[int, Any] = {room: KVPoll.Bootstrapping}
         self.get_session_id = lambda: "pdverify-session"  # read by Mooncake's sender in 0.4.6.post5-0.4.7
+        # what a sender still bootstrapping compares its wait with (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default)
+        self.bootstrap_timeout = 300
         self.defer_decode_allocation = False
         self.failures: list[tuple[int, str]] = []
         self.transfers: list[Transfer] = []
@@ -532,7 +535,8 @@ def sglang_prefill_exchange(case: PrefillCase, device: str) -> PrefillTrace:  # 
         leaves["get_schedule"] = {"chunked_prefill_size": case.chunked_prefill_size}
     elif case.dcp_max_tokens is not None:  # the ceiling that sizes the DCP pack buffer
         leaves["get_schedule"] = dcp_schedule(case.dcp_max_tokens, case.page_size)
-    own = published("prefill", leaves)
+    # a PP stage's server: SGLang's own validation of --pp-size 2 (it turns optimistic prefill off, for one)
+    own = published("prefill", leaves, (("pp_size", 2),) if case.pp_consensus is not None else ())
     if own is None:
         return _exchange(case, device, config_published=False)
     with own:
@@ -590,6 +594,10 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
     sched.enable_metrics = False  # read where a failed bootstrap is counted (0.5.12)
     sched.enable_hicache_storage = False  # read where a failed bootstrap releases its prefetch (0.5.11, 0.5.12)
     sched.attn_cp_cpu_group = sched.attn_tp_cpu_group = one_rank_gloo()
+    if case.pp_consensus is not None and not config_published:
+        # what a PP stage's pass reads of its server to 0.5.21 (optimistic prefill's attempts): SGLang's own
+        # ServerArgs for --pp-size 2, through its validation where the release builds them (builds_server_args)
+        sched.server_args = server_args("prefill", (("pp_size", 2),), resolved=builds_server_args())
     sched.tree_cache = None
 
     class Queue(prefill.PrefillBootstrapQueue):  # type: ignore[misc, unused-ignore]
@@ -650,12 +658,22 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
         queue = Queue()
         queue.queue = [req]
         bootstraps: list[bool] = []
-        while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits:
+        late = int(case.pp_own_late)
+        if late:  # decode's destinations (and its prefix length) have not reached this stage's sender yet
+            arrival = (manager.request_status[room], manager.req_to_decode_prefix_len.pop(room))
+            manager.request_status[room] = KVPoll.Bootstrapping
+        while not dropped and (not bootstraps or not bootstraps[-1]) and len(bootstraps) <= case.buffer_waits + late:
             buffers.poll()
             if case.pp_consensus is None:
                 bootstraps.append(bool(queue.pop_bootstrapped()))
-            else:  # a later PP stage: its own bootstrap step, given what the stages agreed
-                bootstraps.append(bool(pp_bootstrap_step(queue, sched, req.rid, case.pp_consensus)))
+            else:  # a later PP stage: its own bootstrap step, given the first stage's poll and its own
+                own = manager.request_status[room]
+                try:
+                    bootstraps.append(bool(pp_bootstrap_step(queue, sched, req.rid, case.pp_consensus, own)))
+                except AssertionError as exc:
+                    raise StageStepRaised.of(exc) from exc
+            if late and len(bootstraps) == 1:  # they arrive before the next step (the bootstrap thread's part)
+                manager.request_status[room], manager.req_to_decode_prefix_len[room] = arrival
         assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
         # a sender dropped at bootstrap was never initialised: it announced no pages
         trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
@@ -701,19 +719,70 @@ class _PrevStage:
         return list(self.polls)
 
 
-def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str) -> list[Any]:  # pragma: no cover - venv
+class _StageStatuses:
+    """Every stage's status of the room as the first stage's ``PPConsensusStore`` collects them (``collect``: the
+    first stage's, then this stage's) - a stand-in for the store's socket replication, which needs a process per
+    stage."""
+
+    def __init__(self, room: int, statuses: list[Any]) -> None:
+        self.room, self.statuses = room, statuses
+
+    def collect(self, room: int) -> list[Any]:
+        if room != self.room:
+            raise AssertionError(f"the store was asked for room {room}, the request's is {self.room}")
+        return list(self.statuses)
+
+
+class StageStepRaised(AssertionError):
+    """A later PP stage's bootstrap step (the release's own) failed one of its own asserts: the stage's scheduler dies
+    there (its event loop does not catch it). The message names the assert: ``file:line`` and its source line."""
+
+    @classmethod
+    def of(cls, exc: AssertionError) -> StageStepRaised:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} `{frame.line}`"
+        return cls(f"the PP stage's bootstrap step raised AssertionError at {where}" + (f": {exc}" if str(exc) else ""))
+
+
+class _Stage:
+    """A later stage's scheduler as the release's PP steps read it: the bootstrap queue, the waiting queue, the PP
+    group's rank and the previous stage's lists (``_pp_recv_pyobj_from_prev_stage``: the first stage's own ready and
+    failed rids, as its ``get_rids`` lists them); the release's ``SchedulerPPMixin`` methods (``get_rids``, by which
+    the stage polls its own senders, ...) bound to it; anything else is the driver's scheduler's (its all-reduce
+    groups)."""
+
+    def __init__(self, sched: Any, queue: Any, prev: list[list[str]]) -> None:
+        self._sched, self._prev = sched, prev
+        self.disagg_prefill_bootstrap_queue, self.waiting_queue = queue, list[Any]()
+        self.pp_group = SimpleNamespace(is_first_rank=False, is_last_rank=True)
+        self.tp_worker = SimpleNamespace(get_attention_tp_cpu_group=lambda: sched.attn_tp_cpu_group)
+
+    def _pp_recv_pyobj_from_prev_stage(self) -> list[list[str]]:
+        return [list(rids) for rids in self._prev]
+
+    def __getattr__(self, name: str) -> Any:
+        from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
+
+        if hasattr(SchedulerPPMixin, name):  # a method, or a static one, of the release's PP scheduler
+            return inspect.getattr_static(SchedulerPPMixin, name).__get__(self, type(self))
+        return getattr(self._sched, name)
+
+
+def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str, own: Any) -> list[Any]:  # pragma: no cover
     """A later stage's bootstrap step on a pipeline-parallel prefill server (stage 1 of 2) for a queue holding the
-    request ``rid``, the stages having agreed it ``consensus`` (``good``: ready, ``bad``: failed). In each release's
-    own form: 0.5.22 on, the release's ``SchedulerPPMixin.process_bootstrapped_queue``, whose pass takes the first
-    stage's polls through the PP group (``poll_and_all_reduce_prefill_pp``: ``pp_sync_polls`` receives them, the
-    first stage's poll being the agreement); 0.5.7-0.5.21, ``process_bootstrapped_queue`` given the consensus lists
-    ``[good, bad]`` as the PP event loop passes them; 0.5.1-0.5.6.post2, the call the PP event loop
+    request ``rid``: the first stage's sender polled ready (``consensus`` ``good``) or failed (``bad``), this stage's
+    own polls ``own`` (its manager's status). The stages' agreement is each release's own: 0.5.22 on, the first
+    stage's ``check_status_pp_consensus`` (the least of every stage's status) handed on through the PP group to the
+    release's ``SchedulerPPMixin.process_bootstrapped_queue`` (``poll_and_all_reduce_prefill_pp``: ``pp_sync_polls``
+    receives it); 0.5.7-0.5.21, this stage's own ``_pp_pd_get_bootstrapped_ids`` (the first stage's ready rids
+    intersected with this stage's ``get_rids``, failed ones united) given to ``process_bootstrapped_queue`` as the
+    PP event loop gives it on the last stage; 0.5.1-0.5.6.post2, the call the PP event loop
     (``event_loop_pp_disagg_prefill``, which cannot run here: it loops for ever over a real PP group) makes on a
-    later stage: ``pop_bootstrapped(rids_to_check=...)`` with the rids the first stage popped, bootstrapped and
-    failed alike. Returns the requests the step bootstrapped (moved to the waiting queue)."""
+    later stage: ``pop_bootstrapped(rids_to_check=...)`` with the rids the first stage popped - it pops a request its
+    sender polls ready or failed. Returns the requests the step bootstrapped (moved to the waiting queue)."""
     from sglang.srt.disaggregation.base.conn import KVPoll
 
-    good, bad = ([rid], []) if consensus == "good" else ([], [rid])
+    first = KVPoll.WaitingForInput if consensus == "good" else KVPoll.Failed
     queue.pp_size, queue.pp_rank = 2, 1
     try:
         from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
@@ -722,22 +791,28 @@ def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str) -> list[
     except ImportError:  # the mixin came in 0.5.4; the PP loop was prefill's own before
         step = None
     if step is None:
-        return list(queue.pop_bootstrapped(rids_to_check=good + bad))
-    waiting: list[Any] = []
-    # the scheduler is a stand-in (a SimpleNamespace where ``Scheduler`` is annotated)
-    stage = cast(Any, SimpleNamespace(disagg_prefill_bootstrap_queue=queue, waiting_queue=waiting))
+        return list(queue.pop_bootstrapped(rids_to_check=[rid]))
+    stage = _Stage(sched, queue, [[rid], []] if consensus == "good" else [[], [rid]])
     if "bootstrapped_rids" in inspect.signature(step).parameters:
+        # the scheduler is a stand-in where ``Scheduler`` is annotated
+        agreed = stage._pp_pd_get_bootstrapped_ids()  # the release's own (0.5.7-0.5.21), bound to the stage
         # the consensus is two lists, as the PP loop passes it, where SGLang annotates Optional[List[str]] (A3)
-        result = step(stage, cast(Any, [good, bad]))
-        if result is None or list(result[0]) != [r.rid for r in waiting]:
-            raise AssertionError(f"process_bootstrapped_queue returned {result!r}, moved {[r.rid for r in waiting]}")
-        return waiting
-    group = _PrevStage([KVPoll.WaitingForInput if good else KVPoll.Failed])
+        result = step(cast(Any, stage), cast(Any, agreed))
+        if result is None or list(result[0]) != [r.rid for r in stage.waiting_queue]:
+            raise AssertionError(
+                f"process_bootstrapped_queue returned {result!r}, moved {[r.rid for r in stage.waiting_queue]}"
+            )
+        return stage.waiting_queue
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    store = SimpleNamespace(request_status=_StageStatuses(queue.queue[0].bootstrap_room, [first, own]))
+    least = CommonKVManager.check_status_pp_consensus(cast(Any, store), store.request_status.room)
+    group = _PrevStage([int(cast(Any, least))])  # the first stage hands on its polls as ints
     sched.pp_group, queue.pp_poll_sync_work_list = group, []
-    step(stage)
+    step(cast(Any, stage))
     if group.received_from != [0]:
         raise AssertionError(f"the stage received the first stage's polls from {group.received_from}, expected [0]")
-    return waiting
+    return stage.waiting_queue
 
 
 def send_chunk(sched: Any, req: Any, *, last_chunk: bool) -> None:  # pragma: no cover - conformance venv
