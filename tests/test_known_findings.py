@@ -982,3 +982,33 @@ def test_t33_is_a_later_prefill_stage_following_its_own_sender() -> None:
     assert not t33.explains(bad, head + "False, bootstraps [True], shipped []")  # the buffer wait not taken
     assert not t33.explains(bad, head + "True, bootstraps [False], shipped [((1,), (0,), True, 7, None)]")
     assert not t33.explains({**bad, "waits": None}, head + "False, bootstraps [True], shipped []")
+    # this stage's sender late: kept queued at the first step (one of the buffer's polls), bootstrapped at the next
+    late = {**bad, "waits": 0, "late": True}
+    head_late = head.replace("sender ready", "sender late")
+    assert t33.explains(late, head_late + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains(late, head + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains(late, head_late + "False, bootstraps [True], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains({**late, "late": "yes"}, head_late + "False, bootstraps [False, True], shipped []")
+
+
+def test_t34_is_a_later_prefill_stage_asserting_its_late_sender_finished() -> None:
+    """T34 (0.5.1-0.5.6.post2): a later PP prefill stage asserts its own sender finished bootstrapping for every rid
+    the first stage popped. It shows only on S25 with this stage's sender late and explains only the release's assert
+    raised by the stage's bootstrap step."""
+    from pdverify.model.exchange import PrefillCase
+
+    t34 = KNOWN["T34"]
+    assert (t34.releases[0], t34.releases[-1], t34.properties()) == ("0.5.1", "0.5.6.post2", ("S25",))
+    case = PrefillCase(1, 1, 0, (1,), (1,))
+    late = {"case": case, "consensus": "good", "waits": 0, "late": True}
+    assert t34.shows(late) and t34.shows({**late, "consensus": "bad"})
+    assert not t34.shows({**late, "late": False}) and not t34.shows({**late, "case": None})
+    crash = (
+        "the PP stage's bootstrap step raised AssertionError at prefill.py:256 `assert poll == KVPoll.WaitingForInput "
+        "or poll == KVPoll.Failed`"
+    )
+    assert t34.explains(late, crash) and t34.explains(late, crash.replace(":256", ":224"))
+    assert not t34.explains({**late, "late": False}, crash)
+    assert not t34.explains(late, crash.replace("prefill.py", "decode.py"))
+    assert not t34.explains(late, crash + ": some message")  # another assert of the same line's shape
+    assert not t34.explains(late, "a request the PP stages agreed ready (this stage's sender late): dropped False")

@@ -65,7 +65,8 @@ KILLERS: dict[str, list[str]] = {
     "S22": ["XE05", "XE06"],
     "S23": ["XE07"],
     "S24": ["XB08", "XB09"],  # the limit for every room's peer; the ceiling not rounded up to a page
-    "S25": ["XP01", "XP02"],  # a later PP stage by its own poll; every PP request failed
+    # a later PP stage by its own poll; every PP request failed; the first stage's poll alone; the late sender asserted
+    "S25": ["XP01", "XP02", "XP03", "XP04"],
     "S14": ["XT02"],
     "P15": ["XS01", "XS02", "XS03", "XT05", "XT06"],
     "P16": ["XS04", "XS05"],

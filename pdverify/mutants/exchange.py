@@ -836,3 +836,29 @@ def pp_own_poll(case: PrefillCase, device: str) -> PrefillTrace:
 @mutant("XP02", "prefill_exchange", "wrong condition", "a later PP prefill stage fails every request, agreed or not")
 def pp_always_failed(case: PrefillCase, device: str) -> PrefillTrace:
     return port.prefill_exchange(replace(case, pp_consensus="bad" if case.pp_consensus else None), device)
+
+
+@mutant(
+    "XP03",
+    "prefill_exchange",
+    "missing term",
+    "a later PP prefill stage takes the first stage's poll alone as the agreement: its own late sender finalised "
+    "before decode's destinations reach it, decode's prefix length not there yet (0)",
+)
+def pp_first_stage_alone(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.pp_own_late:
+        case = replace(case, pp_own_late=False, decode_prefix=0)
+    return port.prefill_exchange(case, device)
+
+
+@mutant(
+    "XP04",
+    "prefill_exchange",
+    "wrong condition",
+    "a later PP prefill stage asserts its own sender finished bootstrapping for a request the first stage popped "
+    "(0.5.6.post2's pass)",
+)
+def pp_asserts_own_ready(case: PrefillCase, device: str) -> PrefillTrace:
+    if case.pp_own_late:
+        raise AssertionError("assert poll == KVPoll.WaitingForInput or poll == KVPoll.Failed")
+    return port.prefill_exchange(case, device)
