@@ -977,18 +977,23 @@ def test_t33_is_a_later_prefill_stage_following_its_own_sender() -> None:
     case = PrefillCase(1, 1, 0, (1,), (1,))
     bad = {"case": case, "consensus": "bad", "waits": 1}
     assert t33.shows(bad) and not t33.shows({**bad, "consensus": "good"}) and not t33.shows({"case": None})
-    head = "a request the PP stages agreed failed was bootstrapped on this stage (its own sender ready): dropped "
-    assert t33.explains(bad, head + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
-    assert not t33.explains(bad, head + "False, bootstraps [True], shipped []")  # the buffer wait not taken
-    assert not t33.explains(bad, head + "True, bootstraps [False], shipped [((1,), (0,), True, 7, None)]")
+    head = "a request the PP stages agreed failed was not failed on this stage (its own sender ready): dropped "
+    ready = {**bad, "waits": 0}
+    assert t33.explains(ready, head + "False, bootstraps [True], shipped [((1,), (0,), True, 7, None)]")
+    assert not t33.explains(ready, head + "False, bootstraps [True], shipped []")
+    assert not t33.explains(ready, head + "True, bootstraps [True], shipped [((1,), (0,), True, 7, None)]")
+    # a held metadata buffer: the agreement lists it failed once, the first stage drops it, and it stays queued here
+    assert t33.explains(bad, head + "False, bootstraps [False, False], shipped []")
+    assert t33.explains(bad, head + "False, bootstraps [False, False], shipped []\nassert (False and True)")
+    assert not t33.explains(bad, head + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
     assert not t33.explains({**bad, "waits": None}, head + "False, bootstraps [True], shipped []")
-    # this stage's sender late: kept queued at the first step (one of the buffer's polls), bootstrapped at the next
-    late = {**bad, "waits": 0, "late": True}
+    # this stage's sender late: kept queued through every step likewise
+    late = {**bad, "waits": 1, "late": True}
     head_late = head.replace("sender ready", "sender late")
-    assert t33.explains(late, head_late + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
-    assert not t33.explains(late, head + "False, bootstraps [False, True], shipped [((1,), (0,), True, 7, None)]")
-    assert not t33.explains(late, head_late + "False, bootstraps [True], shipped [((1,), (0,), True, 7, None)]")
-    assert not t33.explains({**late, "late": "yes"}, head_late + "False, bootstraps [False, True], shipped []")
+    assert t33.explains(late, head_late + "False, bootstraps [False, False, False], shipped []")
+    assert not t33.explains(late, head + "False, bootstraps [False, False, False], shipped []")
+    assert not t33.explains(late, head_late + "False, bootstraps [False, False], shipped []")
+    assert not t33.explains({**late, "late": "yes"}, head_late + "False, bootstraps [False, False, False], shipped []")
 
 
 def test_t34_is_a_later_prefill_stage_asserting_its_late_sender_finished() -> None:

@@ -334,7 +334,7 @@ def test_s25_pp_stage_follows_the_consensus(
     got = _run(target, staged, device)
     if consensus == "bad":
         assert got.dropped and not got.transfers, (
-            f"a request the PP stages agreed failed was bootstrapped on this stage (its own sender "
+            f"a request the PP stages agreed failed was not failed on this stage (its own sender "
             f"{'late' if late else 'ready'}): dropped {got.dropped}, bootstraps {got.bootstraps}, shipped "
             f"{_plain(got.transfers)}"
         )

@@ -658,6 +658,7 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
         queue = Queue()
         queue.queue = [req]
         bootstraps: list[bool] = []
+        first = _FirstStage()
         late = int(case.pp_own_late)
         if late:  # decode's destinations (and its prefix length) have not reached this stage's sender yet
             arrival = (manager.request_status[room], manager.req_to_decode_prefix_len.pop(room))
@@ -669,17 +670,21 @@ def _exchange(case: PrefillCase, device: str, *, config_published: bool) -> Pref
             else:  # a later PP stage: its own bootstrap step, given the first stage's poll and its own
                 own = manager.request_status[room]
                 try:
-                    bootstraps.append(bool(pp_bootstrap_step(queue, sched, req.rid, case.pp_consensus, own)))
+                    bootstraps.append(bool(pp_bootstrap_step(queue, sched, req.rid, case.pp_consensus, own, first)))
                 except AssertionError as exc:
+                    if "/pdverify/" in traceback.extract_tb(exc.__traceback__)[-1].filename:
+                        raise  # the driver's own check, not the release's assert
                     raise StageStepRaised.of(exc) from exc
             if late and len(bootstraps) == 1:  # they arrive before the next step (the bootstrap thread's part)
                 manager.request_status[room], manager.req_to_decode_prefix_len[room] = arrival
-        assert dropped or bootstraps[-1], f"bootstrap never finalised: {bootstraps}"
+        # a PP stage may keep a request the stages never agree on again (the property judges); one stage finalises
+        assert dropped or bootstraps[-1] or case.pp_consensus is not None, f"bootstrap never finalised: {bootstraps}"
+        kept = not dropped and not bootstraps[-1]
         # a sender dropped at bootstrap was never initialised: it announced no pages
         trace = PrefillTrace(getattr(sender, "num_kv_indices", 0), manager.transfers, [req.start_send_idx])
         trace.bootstraps, trace.buffers_taken = bootstraps, buffers.taken
         trace.dropped = bool(dropped)
-        for k, end in enumerate([] if dropped else case.chunk_ends):  # a request dropped at bootstrap never runs
+        for k, end in enumerate([] if dropped or kept else case.chunk_ends):  # only a bootstrapped request runs
             req.extend_range = _extend_range(req.extend_end if k else req.prefix_len, end)
             req.extend_end = end
             # the chunk's end in the spellings of earlier releases: fill_ids (to 0.5.12), fill_len (0.5.13, 0.5.14)
@@ -768,7 +773,19 @@ class _Stage:
         return getattr(self._sched, name)
 
 
-def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str, own: Any) -> list[Any]:  # pragma: no cover
+class _FirstStage:
+    """Whether the first stage still holds the request in its bootstrap queue (its ``get_rids`` lists it, to 0.5.6.post2
+    its pop hands it on): until an agreement that lists it failed - to 0.5.6.post2 its own failed poll, at the first
+    step - which the first stage applies too: its own sender failed, it drops the request. (A request ready there is
+    popped there as here: the stages' metadata buffers are taken and freed alike.)"""
+
+    def __init__(self) -> None:
+        self.holds = True
+
+
+def pp_bootstrap_step(  # pragma: no cover - conformance venv
+    queue: Any, sched: Any, rid: str, consensus: str, own: Any, first: _FirstStage
+) -> list[Any]:
     """A later stage's bootstrap step on a pipeline-parallel prefill server (stage 1 of 2) for a queue holding the
     request ``rid``: the first stage's sender polled ready (``consensus`` ``good``) or failed (``bad``), this stage's
     own polls ``own`` (its manager's status). The stages' agreement is each release's own: 0.5.22 on, the first
@@ -779,10 +796,11 @@ def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str, own: Any
     PP event loop gives it on the last stage; 0.5.1-0.5.6.post2, the call the PP event loop
     (``event_loop_pp_disagg_prefill``, which cannot run here: it loops for ever over a real PP group) makes on a
     later stage: ``pop_bootstrapped(rids_to_check=...)`` with the rids the first stage popped - it pops a request its
-    sender polls ready or failed. Returns the requests the step bootstrapped (moved to the waiting queue)."""
+    sender polls ready or failed. ``first``: whether the first stage still holds the request (its lists name it only
+    then). Returns the requests the step bootstrapped (moved to the waiting queue)."""
     from sglang.srt.disaggregation.base.conn import KVPoll
 
-    first = KVPoll.WaitingForInput if consensus == "good" else KVPoll.Failed
+    first_poll = KVPoll.WaitingForInput if consensus == "good" else KVPoll.Failed
     queue.pp_size, queue.pp_rank = 2, 1
     try:
         from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
@@ -790,12 +808,16 @@ def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str, own: Any
         step = getattr(SchedulerPPMixin, "process_bootstrapped_queue", None)
     except ImportError:  # the mixin came in 0.5.4; the PP loop was prefill's own before
         step = None
-    if step is None:
-        return list(queue.pop_bootstrapped(rids_to_check=[rid]))
-    stage = _Stage(sched, queue, [[rid], []] if consensus == "good" else [[], [rid]])
+    if step is None:  # the first stage popped it: ready when its buffer frees (as here), failed at once
+        popped = list(queue.pop_bootstrapped(rids_to_check=[rid] if first.holds else []))
+        first.holds = first.holds and consensus == "good"
+        return popped
+    lists = ([[rid], []] if consensus == "good" else [[], [rid]]) if first.holds else [[], []]
+    stage = _Stage(sched, queue, lists)
     if "bootstrapped_rids" in inspect.signature(step).parameters:
         # the scheduler is a stand-in where ``Scheduler`` is annotated
         agreed = stage._pp_pd_get_bootstrapped_ids()  # the release's own (0.5.7-0.5.21), bound to the stage
+        first.holds = first.holds and rid not in agreed[1]
         # the consensus is two lists, as the PP loop passes it, where SGLang annotates Optional[List[str]] (A3)
         result = step(cast(Any, stage), cast(Any, agreed))
         if result is None or list(result[0]) != [r.rid for r in stage.waiting_queue]:
@@ -805,7 +827,7 @@ def pp_bootstrap_step(queue: Any, sched: Any, rid: str, consensus: str, own: Any
         return stage.waiting_queue
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
-    store = SimpleNamespace(request_status=_StageStatuses(queue.queue[0].bootstrap_room, [first, own]))
+    store = SimpleNamespace(request_status=_StageStatuses(queue.queue[0].bootstrap_room, [first_poll, own]))
     least = CommonKVManager.check_status_pp_consensus(cast(Any, store), store.request_status.room)
     group = _PrevStage([int(cast(Any, least))])  # the first stage hands on its polls as ints
     sched.pp_group, queue.pp_poll_sync_work_list = group, []
