@@ -176,11 +176,11 @@ class PrefillCase:
     """``(mode, rank, size)``: this is rank ``rank`` of ``size`` prefill ranks sharing the request's transfer
     (``RANK_SPLITS``); None: one rank sends everything."""
     pp_consensus: str | None = None
-    """A pipeline-parallel prefill stage (``--pp-size`` above 1, #8846): what the stages agreed for the request
-    (``PP_CONSENSUS``) when this stage's bootstrap step runs - ``good``: every stage's sender polled WaitingForInput
-    (from 0.5.22 the first stage's poll, which every stage takes), ``bad``: some stage's sender failed (from 0.5.22 the
-    first stage's) - this stage's own sender ready (WaitingForInput) either way; the stage must follow it - bootstrap
-    a ``good`` request, fail a ``bad`` one - or the stages' batches diverge. None: one stage, the plain pass."""
+    """A pipeline-parallel prefill stage (``--pp-size`` above 1, #8846), stage 1 of 2: the first stage's sender of the
+    request (``PP_CONSENSUS``) - ``good``: ready (WaitingForInput), ``bad``: failed - this stage's own sender ready
+    (WaitingForInput) unless ``pp_own_late``. What the stages agree of it is each release's own computation over
+    both (the driver runs it); the stage must follow the agreement - bootstrap a request agreed ready, fail one agreed
+    failed - or the stages' batches diverge. None: one stage, the plain pass."""
     pp_own_late: bool = False
     """On a PP stage (``pp_consensus`` set): decode's destinations reach this stage's sender one step after the first
     stage's (each stage's sender bootstraps with decode on its own; network latency orders them), so at the first

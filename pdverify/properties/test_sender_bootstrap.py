@@ -341,7 +341,7 @@ def test_s25_pp_stage_follows_the_consensus(
         return
     want = _run(target, plain, device)
     # the step that finds this stage's sender still bootstrapping is one of the polls that wait for a buffer
-    bootstraps = [False] * max(len(want.bootstraps) - 1, int(late)) + [True] if want.bootstraps else []
+    bootstraps = [False] * max(len(want.bootstraps) - 1, int(late)) + [True]
     assert not got.dropped and got.bootstraps == bootstraps, (
         f"a request the PP stages agreed ready (this stage's sender {'late' if late else 'ready'}): dropped "
         f"{got.dropped}, bootstraps {got.bootstraps}, expected {bootstraps} (on one stage {want.bootstraps})"

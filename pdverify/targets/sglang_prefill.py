@@ -798,9 +798,6 @@ def pp_bootstrap_step(  # pragma: no cover - conformance venv
     later stage: ``pop_bootstrapped(rids_to_check=...)`` with the rids the first stage popped - it pops a request its
     sender polls ready or failed. ``first``: whether the first stage still holds the request (its lists name it only
     then). Returns the requests the step bootstrapped (moved to the waiting queue)."""
-    from sglang.srt.disaggregation.base.conn import KVPoll
-
-    first_poll = KVPoll.WaitingForInput if consensus == "good" else KVPoll.Failed
     queue.pp_size, queue.pp_rank = 2, 1
     try:
         from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
@@ -825,8 +822,10 @@ def pp_bootstrap_step(  # pragma: no cover - conformance venv
                 f"process_bootstrapped_queue returned {result!r}, moved {[r.rid for r in stage.waiting_queue]}"
             )
         return stage.waiting_queue
+    from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.common.conn import CommonKVManager
 
+    first_poll = KVPoll.WaitingForInput if consensus == "good" else KVPoll.Failed
     store = SimpleNamespace(request_status=_StageStatuses(queue.queue[0].bootstrap_room, [first_poll, own]))
     least = CommonKVManager.check_status_pp_consensus(cast(Any, store), store.request_status.room)
     group = _PrevStage([int(cast(Any, least))])  # the first stage hands on its polls as ints
