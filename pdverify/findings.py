@@ -1990,7 +1990,7 @@ KNOWN: dict[str, KnownDefect] = {
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",
             _t14_shows,
             _t14_explains,
-            also=("Q3",),
+            also=("Q1", "Q3", "Q4", "Q5", "Q6"),
         ),
         KnownDefect(
             "T17",

@@ -396,7 +396,13 @@ def test_t14_is_a_raw_swa_tail_charge() -> None:
     aligned = replace(shaped, requests=tuple(replace(r, length=1024) for r in prompts))  # tails of whole pages
     assert not t14.shows({"case": aligned}) and not t14.shows({"case": replace(shaped, swa_free_pages=None,
                                                                                 swa_token_budget=None)})  # fmt: skip
-    assert t14.releases_for("Q2")[-1] == "0.5.17" and t14.properties() == ("Q2", "Q3")
+    # every property that runs the pass meets the crash (a generation campaign's Q1 on 0.5.16 ended on it while T14
+    # was recorded for Q2 and Q3 only); there the crash alone is T14's, not another property's own message
+    assert t14.releases_for("Q2")[-1] == "0.5.17" and t14.properties() == ("Q2", "Q1", "Q3", "Q4", "Q5", "Q6")
+    for q in ("Q4", "Q5", "Q6"):
+        assert t14.explanation(q)({"case": shaped}, full), f"{q} meets the crash"
+        assert not t14.explanation(q)({"case": roomy}, full), f"{q}: a pass that never runs out of SWA pages"
+    assert not t14.explanation("Q6")({"case": over}, "handshake [('metadata', 0)], expected [('metadata', 0), ...]")
 
 
 def test_t15_is_the_staging_room_registered_after_the_metadata() -> None:
@@ -828,12 +834,15 @@ def test_f7_is_a_stop_id_past_the_penalizers_table() -> None:
 
 def test_t14_is_pinned_for_its_properties() -> None:
     """T14's evidence does not hang on what the generator draws: the queue properties' explicit examples hold a case
-    in its signature (a hybrid SWA pool whose tails end inside a page, against an SWA budget they overrun in pages)."""
+    in its signature (a hybrid SWA pool whose tails end inside a page, against an SWA budget they overrun in pages),
+    and one where the raw charges run the SWA pool out of pages: the crash every property that runs the pass meets."""
     from pdverify.properties.test_decode_queue import EXAMPLES
 
     t14 = KNOWN["T14"]
-    assert t14.properties() == ("Q2", "Q3")
+    assert t14.properties() == ("Q2", "Q1", "Q3", "Q4", "Q5", "Q6")
     assert any(t14.shows({"case": case}) for case in EXAMPLES)
+    crash = "KV cache is full! Bug in memory estimation. available=0, evictable=0, protected=0, required_alloc=64"
+    assert any(t14.shows({"case": case}) and t14.explanation("Q4")({"case": case}, crash) for case in EXAMPLES)
 
 
 def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> None:

@@ -116,6 +116,20 @@ EXAMPLES = [
         window=1,
         swa_token_budget=5,
     ),
+    # T14's production shape (a 128-token window, as gpt-oss; page size 64): three 1000-token prompts whose SWA tails
+    # of 168 tokens take three pages each, 8 free SWA pages, an SWA budget of 512 tokens. Charged whole pages (192
+    # each) two are admitted; charged the raw tail (3 x 168 = 504) all three are, and the third finds 2 pages for 3:
+    # _pre_alloc asserts, and every property that runs the pass meets the crash
+    _queue(
+        *(R(1000, output_len=1, max_new_tokens=32) for _ in range(3)),
+        page_size=64,
+        free_pages=tuple(range(1, 60)),
+        token_budget=59 * 64,
+        running=((4096, None),),
+        swa_free_pages=tuple(range(1, 9)),
+        window=128,
+        swa_token_budget=512,
+    ),
     # a matched prefix is not charged again: 9 - 8 + 8 = 9 tokens fit a budget of 10
     _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=10),
     # the host reserve counts: 8 prompt tokens + 4 reserved do not fit 2 free host pages (8 tokens)
