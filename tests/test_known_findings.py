@@ -845,6 +845,18 @@ def test_t14_is_pinned_for_its_properties() -> None:
     assert any(t14.shows({"case": case}) and t14.explanation("Q4")({"case": case}, crash) for case in EXAMPLES)
 
 
+def test_t32_is_pinned_for_q5() -> None:
+    """T32's Q5 form does not hang on the draws either (the ci draws of 0.5.12-0.5.15.post1 reached it on no example,
+    and the matrix's gate would call the record stale): the queue's explicit examples hold a PP pass with the decode
+    radix cache whose bad-listed request has a matched prefix - the lock the defective step keeps."""
+    from pdverify.properties.test_decode_queue import EXAMPLES
+
+    t32 = KNOWN["T32"]
+    assert "Q5" in t32.properties() and t32.releases_for("Q5")[0] == "0.5.11"
+    pinned = [c for c in EXAMPLES if c.pp_consensus and c.radix and t32.shows({"case": c})]
+    assert any(r.consensus == "bad" and r.prefix_pages for c in pinned for r in c.requests)
+
+
 def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> None:
     """T30 (0.4.6.post5-0.5.22): a committed request naming token ids holds no token-ids row. It shows only where a
     transferred request asks for logprobs of named ids, and explains Q7's rows message only when the token-ids count

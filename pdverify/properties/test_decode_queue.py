@@ -130,6 +130,10 @@ EXAMPLES = [
         window=128,
         swa_token_budget=512,
     ),
+    # a PP pass with the decode radix cache: the stages agreed the first request failed (on another stage) and the
+    # second is ready; the first's prefix is matched here, so failing it releases its lock (to 0.5.16 the stage
+    # polls its own receivers instead, finds the first ready and pre-allocates it, its lock kept: T32)
+    _queue(R(9, prefix_pages=(90, 91), consensus="bad"), R(6, consensus="good"), radix=True, pp_consensus=True),
     # a matched prefix is not charged again: 9 - 8 + 8 = 9 tokens fit a budget of 10
     _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=10),
     # the host reserve counts: 8 prompt tokens + 4 reserved do not fit 2 free host pages (8 tokens)
