@@ -1087,11 +1087,17 @@ def _budget_read_once() -> bool:
 
 def _oracle(case: Any, *, budget_reread: bool | None = None) -> Any:
     """The queue oracle's pass under the rules of the release under check (as the properties call it): the budget
-    read once to 0.5.10.post1, the SWA headroom charged with the radix cache off too to 0.5.13.post1."""
+    read once to 0.5.10.post1, the SWA headroom charged with the radix cache off too to 0.5.13.post1, the SWA budget
+    read once to 0.5.18."""
     from pdverify.oracle.decode_queue import expected_pass
 
     reread = not _budget_read_once() if budget_reread is None else budget_reread
-    return expected_pass(case, budget_reread=reread, swa_headroom_always=_release_before("0.5.14"))
+    return expected_pass(
+        case,
+        budget_reread=reread,
+        swa_headroom_always=_release_before("0.5.14"),
+        swa_budget_reread=not _release_before("0.5.19"),
+    )
 
 
 def _t11_explains(kwargs: Mapping[str, Any], message: str) -> bool:
@@ -1155,16 +1161,16 @@ def _defective_queue_pass(
     skip_ready_polls: bool = False,
 ) -> Any:
     """The pass as a release with some of the queue's defects makes it, None where it crashes: without the LoRA gate
-    (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3),
-    and a request's SWA tail charged its raw length against the SWA budget where the allocator takes whole pages,
-    with no reclaim to turn a shortfall into a failure: the allocation then asserts (T14); without the abort scan
-    (T18: aborted requests admitted like live ones), without the check that the running requests can still finish
-    (T19). ``read_once``: the budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom
-    taken from it). ``skip_ready_polls``: the receivers not polled while every queued one is ready (T23, T24; from
-    0.5.13 only while none has concluded its own abort, #25561) - off unless asked for, so that only T23's and T24's
-    explanations (and T3's budget overshoot, which counts what the pass allocated) replay it. Unset, ``read_once``,
-    ``abort_scan`` and ``retract_check`` are those of the release under check:
-    the budget read once to 0.5.10.post1, no abort scan to 0.4.6.post4, no retractable-token check to 0.4.7."""
+    (T11), a request without the radix cache charged its fill length where the allocator takes whole pages (T3), and a
+    request's SWA tail charged its raw length against the SWA budget where the allocator takes whole pages, with no
+    reclaim to turn a shortfall into a failure: the allocation then asserts (T14); without the abort scan (T18: aborted
+    requests admitted like live ones), without the check that the running requests can still finish (T19).
+    ``read_once``: the budget's form to 0.5.10.post1 (read at the start, each admission's charge and headroom taken from
+    it; the SWA budget read once to 0.5.18). ``skip_ready_polls``: the receivers not polled while every queued one is
+    ready (T23, T24; from 0.5.13 only while none has concluded its own abort, #25561) - off unless asked for, so that
+    only T23's and T24's explanations (and T3's budget overshoot, which counts what the pass allocated) replay it.
+    Unset, ``read_once``, ``abort_scan`` and ``retract_check`` are those of the release under check: the budget read
+    once to 0.5.10.post1, no abort scan to 0.4.6.post4, no retractable-token check to 0.4.7."""
     from pdverify.model.queue import CLIP_MAX_NEW_TOKENS
     from pdverify.production.decode_queue import PreallocPass
 
@@ -1175,8 +1181,11 @@ def _defective_queue_pass(
 
     concluded_polls = not _release_before("0.5.13")
 
+    swa_read_once = raw_swa or _release_before("0.5.19")  # T14 (the raw SWA charge) is of the read-once form only
+
     class Defective(PreallocPass):
         charged = 0
+        swa_committed = 0
 
         def poll_receivers(self) -> None:
             reqs = self.case.requests
@@ -1225,15 +1234,26 @@ def _defective_queue_pass(
             charge = tail if raw_swa else -(-tail // ps) * ps
             return charge + (self.case.reserved_decode_tokens if self.case.radix or headroom_always else 0)
 
+        def swa_budget(self) -> int | None:
+            """The SWA budget read once and each admission's charge taken from it (to 0.5.18), else re-read."""
+            budget = self.case.swa_token_budget
+            if swa_read_once and budget is not None:
+                return budget - self.swa_committed
+            return super().swa_budget()
+
         def reclaim_swa(self, i: int) -> bool:
             if not raw_swa:
-                return super().reclaim_swa(i)
-            count = -(-self.case.swa_tail_len(i) // self.case.page_size)
-            if count > len(self.swa_free):
-                raise _SwaPagesShort
-            self.swa_free = self.swa_free[count:]
-            self.swa_committed += self.swa_charge(i)
-            return True
+                taken = super().reclaim_swa(i)
+            else:
+                count = -(-self.case.swa_tail_len(i) // self.case.page_size)
+                if count > len(self.swa_free):
+                    raise _SwaPagesShort
+                self.swa_free = self.swa_free[count:]
+                self.swa_allocated += count * self.case.page_size
+                taken = True
+            if taken:
+                self.swa_committed += self.swa_charge(i)
+            return taken
 
     try:
         return Defective(case, "cpu").run()

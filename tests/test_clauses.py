@@ -244,3 +244,38 @@ def test_a_known_defect_that_stops_the_example_before_any_clause_ends_it(
         assert EXAMPLES.reproduced["TZ"] == EXAMPLES.examples  # once per example, not once per rerun
     finally:
         del findings.KNOWN["TZ"]
+
+
+def test_the_swa_budget_reread_caps_its_headroom_by_the_windows_growth() -> None:
+    """From 0.5.19 (#27770) decode's pass re-reads its SWA budget after each admission, and what it keeps back is the
+    active requests' headroom only as far as their windows can still grow (#24857's cap); to 0.5.18 the budget was
+    read once and each admission charged its tail's pages and its headroom. The queue's explicit example tells them
+    apart, the properties pick the form by release, and the port (0.5.23) follows the re-read."""
+    from dataclasses import replace
+
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+    from pdverify.oracle.decode_queue import expected_pass
+    from pdverify.production.decode_queue import PreallocPass
+    from pdverify.properties.releases import FROM_SWA_BUDGET_REREAD
+
+    assert FROM_SWA_BUDGET_REREAD.not_applicable("0.5.18") is not None
+    assert FROM_SWA_BUDGET_REREAD.not_applicable("0.5.19") is None
+    request = QueuedRequest(1, output_len=0, max_new_tokens=1)
+    case = DecodeQueueCase(page_size=2, requests=(request,) * 3, free_pages=tuple(range(1, 24)), metadata_buffers=3,
+                           request_rows=3, token_budget=46, reserved_decode_tokens=1, radix=True,
+                           swa_free_pages=(1, 2, 3, 4, 5, 6), window=1, swa_token_budget=8)  # fmt: skip
+    assert case.swa_tokens_in_use == 2  # the padding page
+    # each needs max(its page + 1 of headroom, 1 + 1) = 3. Read once: 8, 5, 2 - the third does not fit
+    assert expected_pass(case, swa_budget_reread=False).admitted == [0, 1]
+    # re-read: the windows (1 token each) cannot grow past the 2 tokens in use, so nothing is kept back: 8, 6, 4
+    assert expected_pass(case).admitted == [0, 1, 2]
+    assert list(PreallocPass(case, "cpu").run().admitted) == [0, 1, 2]
+    # a 4-token window: after two admissions their windows can still grow 2 x 4 - 6 in use = 2 tokens, so both
+    # headrooms are kept back: 8, 8 - 2 = 6, 8 - 4 - 2 = 2 - the third does not fit, as read once (8, 5, 2)
+    wide = replace(case, window=4)
+    assert expected_pass(wide).admitted == expected_pass(wide, swa_budget_reread=False).admitted == [0, 1]
+    assert list(PreallocPass(wide, "cpu").run().admitted) == [0, 1]
+    # a buffer with every page in use but the free ones far up: no growth potential, no headroom kept back
+    far = replace(wide, swa_free_pages=(40, 41, 42, 43, 44, 45))
+    assert far.swa_tokens_in_use == 2 * 40
+    assert expected_pass(far).admitted == [0, 1, 2]

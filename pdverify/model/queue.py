@@ -174,12 +174,14 @@ class DecodeQueueCase:
     """Host tokens a host-received request must leave free beyond its own."""
     swa_free_pages: tuple[int, ...] | None = None
     """A hybrid SWA pool with SWA tail pre-allocation: the SWA buffer's free pages (an admitted request takes them
-    for its window tail); None: one full pool. Needs ``page_size > 1``."""
+    for its window tail); None: one full pool. Needs ``page_size > 1``. The buffer is pages 0 (padding) to the
+    highest free page; the pages not free are in use (``swa_tokens_in_use``)."""
     window: int = 4
     """The sliding window, with an SWA pool."""
     swa_token_budget: int | None = None
     """SWA tokens admission may commit in this pass, with an SWA pool (what ``_swa_tail_allocatable_token_budget``
-    reports before it; each admission takes its tail's page-aligned tokens and the decode headroom from it). At most
+    reports before it; each admission takes its tail's page-aligned tokens from it, and the decode headroom - to
+    0.5.18 outright, from 0.5.19 as the re-read budget's reserve grows, at most by what the windows can grow). At most
     the SWA buffer's free tokens: without the decode radix cache nothing else is reclaimable. None: the budget also
     counts SWA pages the decode radix cache could evict (its SWA-evictable credit, with #27770's decode radix cache
     for SWA models, 0.5.19), more than the free buffer - admission's SWA check does not bind and the reclaim before
@@ -360,6 +362,12 @@ class DecodeQueueCase:
         tail = self.swa_tail_len(index)
         headroom = self.reserved_decode_tokens if self.radix else 0
         return pages_needed(tail, self.page_size) * self.page_size + headroom
+
+    @property
+    def swa_tokens_in_use(self) -> int:
+        """SWA tokens in use before the pass: the SWA buffer (pages 0 to the highest free one) less its free pages."""
+        free = self.swa_free_pages or ()
+        return (max(free, default=0) + 1 - len(free)) * self.page_size
 
     @property
     def retractable_swa_tokens(self) -> int:

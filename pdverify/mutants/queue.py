@@ -356,14 +356,16 @@ def swa_budget_ignored(case: DecodeQueueCase, device: str) -> QueueTrace:
 
 
 class _SwaHeadroomFree(PreallocPass):
-    def reclaim_swa(self, i: int) -> bool:
-        ok = super().reclaim_swa(i)
-        if ok and self.case.radix:
-            self.swa_committed -= self.case.reserved_decode_tokens  # the tail's pages charged, not its headroom
-        return ok
+    def swa_reserved_tokens(self, extra_reserved_reqs: int) -> int:
+        return super().swa_reserved_tokens(0)  # re-read without extra_reserved_reqs
 
 
-@mutant("XQ31", "decode_queue", "wrong count", "an admission charges the SWA budget its tail's pages but no headroom")
+@mutant(
+    "XQ31",
+    "decode_queue",
+    "wrong count",
+    "the SWA budget's re-read keeps back no headroom for the requests the pass admitted",
+)
 def swa_headroom_free(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _SwaHeadroomFree(case, device).run()
 

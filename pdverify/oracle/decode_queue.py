@@ -24,8 +24,13 @@ a host-capable request that is not rebootstrapped goes to host memory instead, b
 admitted when the host pool has its prompt's pages plus the host reserve free, and the pass stops otherwise; it takes
 host pages, a metadata buffer, and no row or device budget. With a hybrid SWA pool, a request that fits the budget also
 needs the SWA budget for its window tail - ``max(its tail's pages' tokens + the headroom (none with the radix cache
-off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``; short of it the pass stops - and each
-admission takes its tail's pages' tokens and headroom from that budget. Then it needs SWA pages for the tail: when the
+off), its tail + min(max_new_tokens, clip) - the running requests' SWA tails)``; short of it the pass stops. Each
+admission takes its tail's pages' tokens from that budget, and its reserve grows as the full side's does, except that
+SWA growth is bounded by the sliding window: the SWA budget keeps back ``max(min(headroom x (running + admitted),
+window x (running + admitted) - SWA tokens in use), the largest running request's SWA tail + min(max_new_tokens, clip)
+- the running requests' SWA tails)`` (the pool's SWA tokens in use: pages 0 to the highest free one, less the free
+ones). Before the SWA budget was re-read after each admission (``swa_budget_reread=False``, to 0.5.18) each
+admission took its tail's pages' tokens and headroom from it outright. Then it needs SWA pages for the tail: when the
 SWA buffer cannot hold them it fails (aborted, streamed, released, its radix lock too) and the pass goes on. The queue
 keeps the rest, in order. Afterwards exactly the admitted requests with a matched prefix hold a radix lock.
 """
@@ -47,10 +52,16 @@ class ExpectedPass:
 
 
 def expected_pass(
-    case: DecodeQueueCase, *, budget_reread: bool = True, swa_headroom_always: bool = False
+    case: DecodeQueueCase,
+    *,
+    budget_reread: bool = True,
+    swa_headroom_always: bool = False,
+    swa_budget_reread: bool = True,
 ) -> ExpectedPass:
     """The pass's outcome. ``budget_reread=False``: the budget read once (to 0.5.10.post1); ``swa_headroom_always``:
-    the SWA budget charged the decode headroom with the radix cache off too (to 0.5.13.post1, before #28755)."""
+    the SWA budget charged the decode headroom with the radix cache off too (to 0.5.13.post1, before #28755);
+    ``swa_budget_reread=False``: the SWA budget read once and each admission's tail pages and headroom taken from it
+    (to 0.5.18)."""
     reqs = case.requests
     ps = case.page_size
     order = list(range(len(reqs)))
@@ -87,6 +98,7 @@ def expected_pass(
     host_free = len(case.host_free_pages) * ps
     swa_free = len(case.swa_free_pages or ())
     swa_budget = case.swa_token_budget
+    swa_budget_start = 0 if swa_budget is None else swa_budget
 
     def span(tokens: int) -> int:  # the SWA tail of ``tokens``: from the page-aligned window start
         reach = max(case.window, ps) + 1 if case.radix else case.window
@@ -95,6 +107,24 @@ def expected_pass(
     swa_retractable = 0
     for tokens, _ in case.running:
         swa_retractable += span(tokens)
+    swa_single = 0  # the largest running request's SWA need with every other one retracted
+    for tokens, _ in case.running:
+        swa_single = max(swa_single, span(tokens) + min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - swa_retractable)
+    # the SWA pool is pages 0 .. the highest free one (page 0 pads): the pages not free are in use
+    swa_pages_total = 0
+    for page in case.swa_free_pages or ():
+        swa_pages_total = max(swa_pages_total, page + 1)
+    swa_used = (max(swa_pages_total, 1) - swa_free) * ps
+
+    def swa_reserve(device_admitted: int, used: int) -> int:
+        """What the SWA budget keeps back: the active requests' decode headroom, at most what their windows can
+        still grow, or the largest running request's SWA need."""
+        active = len(case.running) + device_admitted
+        growth = max(0, active * case.window - used)
+        return max(min(case.reserved_decode_tokens * active, growth), swa_single)
+
+    swa_reserve_start = swa_reserve(0, swa_used)
+    swa_taken = 0  # the SWA pages' tokens this pass took
     admitted: list[int] = []
     on_host = 0
     for i in looked_at:
@@ -136,7 +166,12 @@ def expected_pass(
                 streamed.append(i)
                 continue
             swa_free -= swa_pages
-            if swa_budget is not None:
+            swa_taken += swa_pages * ps
+            if swa_budget is not None and swa_budget_reread:
+                device_after = len(admitted) - on_host + 1
+                grown = swa_reserve(device_after, swa_used + swa_taken) - swa_reserve_start
+                swa_budget = swa_budget_start - swa_taken - grown
+            elif swa_budget is not None:
                 swa_budget -= swa_required
         on_device = len(admitted) - on_host
         admitted.append(i)

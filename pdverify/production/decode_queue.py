@@ -53,7 +53,7 @@ class PreallocPass:
         self.req_to_token = torch.zeros((case.request_rows + 1, width), dtype=torch.int32, device=device)
         self.allocated_tokens = 0
         self.device_admitted = 0
-        self.swa_committed = 0
+        self.swa_allocated = 0
         # loaded adapters: the running batch's - in a PP pass every microbatch's (``running_mbs``)
         self.loaded = {lora for _, lora in case.running} | set(case.microbatch_loras)
         self.removed: set[int] = set()
@@ -62,6 +62,7 @@ class PreallocPass:
         self.streamed: list[int] = []
         self.cleared: list[int] = []
         self.aborted = {i for i, r in enumerate(case.requests) if r.aborted}
+        self.swa_reserved_at_start = self.swa_reserved_tokens(0)
 
     # -- the steps -------------------------------------------------------------------------------------------
 
@@ -175,11 +176,32 @@ class PreallocPass:
                 return "fail"
         return "admit"
 
+    def swa_reserved_tokens(self, extra_reserved_reqs: int) -> int:
+        """What ``_swa_tail_allocatable_token_budget`` keeps back: the active requests' decode headroom capped by
+        their windows' growth potential (``sliding_window_size`` x active - SWA tokens in use), or the largest
+        running request's SWA need with the others retracted."""
+        case = self.case
+        active = len(case.running) + extra_reserved_reqs
+        in_use = case.swa_tokens_in_use + self.swa_allocated
+        growth = max(0, active * case.window - in_use)
+        single = max(
+            (
+                case.swa_span(tokens) + min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - case.retractable_swa_tokens
+                for tokens, _ in case.running
+            ),
+            default=0,
+        )
+        return max(min(case.reserved_decode_tokens * active, growth), single)
+
     def swa_budget(self) -> int | None:
-        """``_swa_tail_allocatable_token_budget``: the case's SWA budget less what admissions committed (None: it
-        counts the radix cache's evictable SWA pages too, and the reclaim decides)."""
+        """``_swa_tail_allocatable_token_budget``, re-read after each admission: the case's SWA budget less the SWA
+        pages admissions took and the growth of what it keeps back (None: it counts the radix cache's evictable SWA
+        pages too, and the reclaim decides)."""
         budget = self.case.swa_token_budget
-        return None if budget is None else budget - self.swa_committed
+        if budget is None:
+            return None
+        grown = self.swa_reserved_tokens(self.device_admitted) - self.swa_reserved_at_start
+        return budget - self.swa_allocated - grown
 
     def swa_fits(self, i: int) -> bool:
         """The SWA side of ``_prealloc_reservation_fits``; a request turned away releases its lock."""
@@ -200,7 +222,7 @@ class PreallocPass:
             self.locks.discard(i)
             return False
         self.swa_free = self.swa_free[count:]
-        self.swa_committed += self.swa_charge(i)
+        self.swa_allocated += count * ps
         return True
 
     def swa_charge(self, i: int) -> int:

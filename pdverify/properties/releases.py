@@ -306,6 +306,12 @@ FROM_BUDGET_REREAD = Contract(
     "sglang 0.5.11",
     "0.5.11",
 )
+FROM_SWA_BUDGET_REREAD = Contract(
+    "admission re-reads its SWA budget from the SWA pool after each admission, its decode headroom bounded by what "
+    "the windows can still grow (#27770, the decode radix cache for hybrid SWA models; the cap from #24857), first "
+    "in sglang 0.5.19",
+    "0.5.19",
+)
 BUDGET_READ_ONCE = Contract(
     "admission charges each request against a budget read once per pass (before #19746)", until="0.5.11"
 )

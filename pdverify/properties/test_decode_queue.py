@@ -25,6 +25,7 @@ from pdverify.properties.releases import (
     FROM_BUDGET_REREAD,
     FROM_KV_TRANSPORT,
     FROM_REQ_ROW_PADDING,
+    FROM_SWA_BUDGET_REREAD,
     FROM_SWA_HEADROOM_RADIX_ONLY,
 )
 from pdverify.strategies.queue import decode_queues
@@ -115,6 +116,33 @@ EXAMPLES = [
         swa_free_pages=(1, 2, 3, 4, 5, 6),
         window=1,
         swa_token_budget=5,
+    ),
+    # the same with the decode radix cache, a headroom of 1 and an SWA budget of 8: read once (to 0.5.18) the budget
+    # charges each request its tail's page and its headroom (3), so two fit; re-read (0.5.19 on, #27770) it keeps back
+    # only the headroom the 1-token windows can still grow - none, the buffer in use already exceeds it - so all three
+    _queue(
+        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
+        page_size=2,
+        free_pages=tuple(range(1, 24)),
+        token_budget=46,
+        reserved_decode_tokens=1,
+        radix=True,
+        swa_free_pages=(1, 2, 3, 4, 5, 6),
+        window=1,
+        swa_token_budget=8,
+    ),
+    # the same with a 4-token window: after two admissions their windows can still grow 2 x 4 - 6 tokens in use = 2,
+    # so the re-read budget keeps both headrooms back (8, 6, 2) and the third does not fit, as read once (8, 5, 2)
+    _queue(
+        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
+        page_size=2,
+        free_pages=tuple(range(1, 24)),
+        token_budget=46,
+        reserved_decode_tokens=1,
+        radix=True,
+        swa_free_pages=(1, 2, 3, 4, 5, 6),
+        window=4,
+        swa_token_budget=8,
     ),
     # T14's production shape (a 128-token window, as gpt-oss; page size 64): three 1000-token prompts whose SWA tails
     # of 168 tokens take three pages each, 8 free SWA pages, an SWA budget of 512 tokens. Charged whole pages (192
@@ -226,11 +254,13 @@ def _names(case: DecodeQueueCase, indices: tuple[int, ...] | list[int]) -> str:
 def _want(case: DecodeQueueCase, budget_reread: bool | None = None) -> ExpectedPass:
     """The oracle's pass under the release's rules: the budget re-read after each admission from 0.5.11 (#19746),
     read once before (Q1 and Q5 do not depend on it there: no SWA pool, no radix cache before 0.5.11); the SWA
-    budget charged the decode headroom only with the radix cache from 0.5.14 (#28755), always before."""
+    budget charged the decode headroom only with the radix cache from 0.5.14 (#28755), always before, and re-read
+    after each admission from 0.5.19 (#27770), read once and charged each admission before."""
     if budget_reread is None:
         budget_reread = FROM_BUDGET_REREAD.not_applicable(DOMAIN.release) is None
     always = FROM_SWA_HEADROOM_RADIX_ONLY.not_applicable(DOMAIN.release) is not None
-    return expected_pass(case, budget_reread=budget_reread, swa_headroom_always=always)
+    swa_reread = FROM_SWA_BUDGET_REREAD.not_applicable(DOMAIN.release) is None
+    return expected_pass(case, budget_reread=budget_reread, swa_headroom_always=always, swa_budget_reread=swa_reread)
 
 
 BUDGET_CLAUSES = (

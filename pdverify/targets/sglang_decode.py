@@ -763,12 +763,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     kvcache: Any = SimpleNamespace(page_size=ps)
     if case.swa_free_pages is None:
         allocator = _allocator(case.free_pages, ps, kvcache)
-        swa_available = allocator.available_size
     else:
         kvcache, allocator = _hybrid_swa_pool(case.free_pages, case.swa_free_pages, ps)
-        swa_available = allocator.swa_available_size
-    swa_start = swa_available()
-    swa_headroom = case.reserved_decode_tokens if case.radix else 0  # none with disable_radix_cache
     width = max(r.fill_len for r in case.requests) + ps
     req_pool = _request_rows(decode, width, case.request_rows, pre_alloc=0)
     streamed: list[Any] = []
@@ -880,7 +876,10 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         def protected_size(self) -> int:
             return 0
 
+        swa_evictable_size = evictable_size  # the SWA budget counts it (0.5.19 on): nothing here either
+
     shift: list[int] = []
+    swa_shift: list[int] = []
 
     class Queue(_queue_base()):  # type: ignore[misc]
         def _allocatable_token_budgets(self, *args: Any, **kw: Any) -> int:
@@ -893,14 +892,20 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
                 shift.append(real - case.token_budget)
             return int(real - shift[0])
 
-        def _swa_tail_allocatable_token_budget(self, *, extra_reserved_reqs: int = 0, **kw: Any) -> int:
-            """The case's SWA budget less what this pass allocated and the headroom of each request it admitted
-            (``extra_reserved_reqs``, as the real budget reserves it); 0.5.18 and earlier read it once and
-            decrement each admission's page-aligned tail and headroom themselves, which comes to the same. None
-            in the case: the budget counts the radix cache's evictable SWA pages, so the reclaim decides."""
+        def _swa_tail_allocatable_token_budget(self, *args: Any, **kw: Any) -> int:
+            """The release's own SWA budget (``_swa_tail_allocatable_token_budget``, 0.5.12 on) - the free SWA pool
+            less the decode headroom of the active requests and of those this pass admitted, capped by what their
+            windows can still grow (``sliding_window_size`` x active - SWA tokens in use), or the largest running
+            request's SWA need - shifted by a constant so that its first read is the case's SWA budget, as the full
+            side is. 0.5.12-0.5.18 read it once and decrement each admission themselves; 0.5.19 on re-read it after
+            each. None in the case: the budget counts the radix cache's evictable SWA pages, so the reclaim
+            decides (the one part still a stand-in)."""
             if case.swa_token_budget is None:
                 return 10**9
-            return int(case.swa_token_budget - (swa_start - swa_available()) - swa_headroom * extra_reserved_reqs)
+            real = int(decode.DecodePreallocQueue._swa_tail_allocatable_token_budget(self, *args, **kw))
+            if not swa_shift:
+                swa_shift.append(real - case.swa_token_budget)
+            return real - swa_shift[0]
 
         def _match_prefix_and_lock(self, req: Any) -> Any:
             """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and
