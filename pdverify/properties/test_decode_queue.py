@@ -49,6 +49,22 @@ def _queue(*requests: QueuedRequest, **settings: object) -> DecodeQueueCase:
     return DecodeQueueCase(**{**base, **settings})  # type: ignore[arg-type]
 
 
+def _three_one_token_tails(window: int) -> DecodeQueueCase:
+    """Three 1-token requests on a hybrid SWA pool of page size 2 with the decode radix cache, a headroom of 1 and
+    an SWA budget of 8: where the SWA budget's two forms (read once, re-read with its growth cap) part."""
+    return _queue(
+        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
+        page_size=2,
+        free_pages=tuple(range(1, 24)),
+        token_budget=46,
+        reserved_decode_tokens=1,
+        radix=True,
+        swa_free_pages=(1, 2, 3, 4, 5, 6),
+        window=window,
+        swa_token_budget=8,
+    )
+
+
 R = QueuedRequest
 EXAMPLES = [
     # an aborted request (not yet streamed) ahead of two live ones; a still-bootstrapping one between them
@@ -120,30 +136,10 @@ EXAMPLES = [
     # the same with the decode radix cache, a headroom of 1 and an SWA budget of 8: read once (to 0.5.18) the budget
     # charges each request its tail's page and its headroom (3), so two fit; re-read (0.5.19 on, #27770) it keeps back
     # only the headroom the 1-token windows can still grow - none, the buffer in use already exceeds it - so all three
-    _queue(
-        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
-        page_size=2,
-        free_pages=tuple(range(1, 24)),
-        token_budget=46,
-        reserved_decode_tokens=1,
-        radix=True,
-        swa_free_pages=(1, 2, 3, 4, 5, 6),
-        window=1,
-        swa_token_budget=8,
-    ),
+    _three_one_token_tails(window=1),
     # the same with a 4-token window: after two admissions their windows can still grow 2 x 4 - 6 tokens in use = 2,
     # so the re-read budget keeps both headrooms back (8, 6, 2) and the third does not fit, as read once (8, 5, 2)
-    _queue(
-        *(R(1, output_len=0, max_new_tokens=1) for _ in range(3)),
-        page_size=2,
-        free_pages=tuple(range(1, 24)),
-        token_budget=46,
-        reserved_decode_tokens=1,
-        radix=True,
-        swa_free_pages=(1, 2, 3, 4, 5, 6),
-        window=4,
-        swa_token_budget=8,
-    ),
+    _three_one_token_tails(window=4),
     # T14's production shape (a 128-token window, as gpt-oss; page size 64): three 1000-token prompts whose SWA tails
     # of 168 tokens take three pages each, 8 free SWA pages, an SWA budget of 512 tokens. Charged whole pages (192
     # each) two are admitted; charged the raw tail (3 x 168 = 504) all three are, and the third finds 2 pages for 3:
