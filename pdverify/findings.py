@@ -1979,8 +1979,12 @@ KNOWN: dict[str, KnownDefect] = {
             "0.5.22)",
             _t3_shows,
             _t3_explains,
-            also=("Q3", "Q2"),
+            also=("Q3", "Q2", "Q1"),
             explains_also=_t3_overadmits,
+            # Q1 where the request admitted past the budget then finds no SWA pages for its tail and fails (503)
+            # instead of waiting: a rebootstrapped request (the raw-length path) on a hybrid SWA pool with the decode
+            # radix cache, whose SWA budget counts the tree's evictable pages - accepted from 0.5.19 (#27770)
+            narrower=(("Q1", T3_LATE[T3_LATE.index("0.5.19") :]),),
         ),
         KnownDefect(
             "T11",

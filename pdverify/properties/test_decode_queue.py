@@ -75,6 +75,22 @@ EXAMPLES = [
     _queue(R(5), R(6), request_rows=1),
     # the budget covers the first (8 tokens + 0 headroom, 5 + 3 new) but not the second (12 tokens)
     _queue(R(5, max_new_tokens=3), R(9, max_new_tokens=3), token_budget=16),
+    # a budget of 6: the request's two whole pages (8 tokens) do not fit, its 5 tokens and 1 new one would - where
+    # admission charges the fill length and the allocator takes whole pages, the pass allocates past it (T3)
+    _queue(R(5, max_new_tokens=1), token_budget=6),
+    # the same boundary for a rebootstrapped request (it takes the path without the radix cache) on a hybrid SWA pool
+    # with the radix cache and no free SWA page: it must wait for the budget; admitted by its raw length, it would
+    # fail for its SWA tail (T3 on Q1, 0.5.19-0.5.21)
+    _queue(
+        R(1, output_len=0, max_new_tokens=1, rebootstrap=True),
+        page_size=2,
+        free_pages=tuple(range(1, 22)),
+        token_budget=1,
+        running=((1, None),),
+        radix=True,
+        swa_free_pages=(),
+        window=1,
+    ),
     # priority scheduling, high values first, with a tie kept in queue order
     _queue(R(5, priority=1), R(6, priority=3), R(7, priority=1), priority_order="high_first", metadata_buffers=2),
     # the budget (16) covers the first request's 8 tokens + 8 of headroom, not the second's 4 + 8
