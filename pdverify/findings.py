@@ -1274,13 +1274,18 @@ def _t14_shows(kwargs: Mapping[str, Any]) -> bool:
 
 def _t14_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """A queue property's failure as the pass with raw SWA charges makes it - alone or with the release's other
-    queue defects (T3, T11): 'KV cache is full' where that pass allocates an SWA tail past the free SWA pages, or a
-    pass-level message (``<what> <got>, expected <want>``) that is what that pass did."""
+    queue defects (T3, T11, and T23/T24's unpolled failed receivers): 'KV cache is full' where that pass allocates an
+    SWA tail past the free SWA pages, or a pass-level message (``<what> <got>, expected <want>``) that is what that
+    pass did."""
+    from pdverify.properties.releases import DOMAIN
+
     case = kwargs["case"]
+    skips = (False, True) if DOMAIN.release in T24_RELEASES else (False,)
     variants = [
-        _defective_queue_pass(case, raw_swa=True, lora_gate=gate, raw_fill=raw)
+        _defective_queue_pass(case, raw_swa=True, lora_gate=gate, raw_fill=raw, skip_ready_polls=skip)
         for gate in (True, False)
         for raw in (False, True)
+        for skip in skips
     ]
     own = _own_message(message)
     if own.startswith("KV cache is full! Bug in memory estimation."):

@@ -13,6 +13,7 @@ from pdverify.model.queue import (
     CLIP_MAX_NEW_TOKENS,
     PRIORITY_ORDERS,
     RECEIVER_FAILURES,
+    RUNNING_MAX_NEW_TOKENS,
     DecodeQueueCase,
     QueuedRequest,
 )
@@ -173,13 +174,23 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     # a hybrid SWA model with the decode radix cache: accepted from 0.5.19 (refused before)
     swa_ok = not case.radix or swa_radix
     tails = DOMAIN.has("swa_tail_prealloc")  # before #24857 a hybrid SWA request takes its whole sequence there
+    growing = False
     if ps > 1 and case.host_threshold == 1.0 and swa_ok and tails and c.boolean(lean=(1, 4)):
-        case = _with_swa_pool(c, case)
-    if c.boolean(lean=(2,)):
+        # a quarter of the SWA passes have windows that can still grow (see _growing_windows)
+        growing = c.integer(0, 3) == 3 and DOMAIN.has("swa_budget_reread")
+        case = _with_swa_pool(c, _growing_windows(c, case) if growing else case, growing=growing)
+    # (a full-side boundary would stop a growing-window pass before its SWA budget decides it)
+    if not growing and c.boolean(lean=(2,)):
         case = _tight_budget(c, case)
     bypass = [not case.radix or r.rebootstrap for r in case.requests]  # the device path without the radix cache
     # (not under lean 1, whose rebootstrapped first request would stop the pass before its locked SWA tails)
-    if ps > 1 and any(bypass) and case.host_threshold == 1.0 and c.boolean(lean=() if case.radix else (1, 2, 3)):
+    if (
+        ps > 1
+        and any(bypass)
+        and case.host_threshold == 1.0
+        and not growing
+        and c.boolean(lean=() if case.radix else (1, 2, 3))
+    ):
         # a boundary of the device path without the radix cache (radix off, or a rebootstrapped request, which
         # never matches decode's tree): a budget of exactly what the first j - 1 requests take (their fresh pages)
         # and request j's charge and headroom - its raw fill length on that path, its fresh pages on the radix path -
@@ -229,7 +240,22 @@ def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     return replace(case, token_budget=min(budget, case.token_budget))
 
 
-def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
+def _growing_windows(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
+    """A pass whose SWA budget's headroom term binds (0.5.19 on, where the budget is re-read after each admission
+    and keeps back the active requests' headroom only as far as their windows can still grow): no running request
+    (whose SWA need would outweigh the headroom) and a window past every request's fill, so that each tail is the
+    whole request and each window can still grow (a uniform draw met the two SWA budget forms' difference in 3 of
+    948 SWA passes with an SWA budget), every request live. ``_with_swa_pool`` then takes the window and the lowest
+    free pages, and ``_swa_budget`` a boundary of the re-read form."""
+    window = max(r.fill_len for r in case.requests) + case.page_size + c.integer(0, 64)
+    # every request live and ready, so that some are admitted before the SWA budget decides
+    ready: dict[str, Any] = {"aborted": False, "abort_streamed": False, "bootstrapped": True, "receiver_failed": None}
+    ready["checked"], ready["consensus"] = True, "good" if case.pp_consensus else None
+    live = tuple(replace(r, **ready) for r in case.requests)
+    return replace(case, requests=live, running=(), window=window)
+
+
+def _with_swa_pool(c: Choices, case: DecodeQueueCase, *, growing: bool = False) -> DecodeQueueCase:
     """The case on a hybrid SWA pool: a window, outputs of at most one token (as prefill hands requests over;
     rebootstrapped ones keep theirs), prefixes that stop before each SWA tail, and an SWA budget (``_swa_budget``).
     With the radix cache, half the time (under lean 1 always) the budget counts the cache's evictable SWA pages
@@ -241,6 +267,7 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
     ps = case.page_size
     window = c.integer(1, 2 * ps) if c.boolean(lean=True) else c.integer(1, 40)
+    window = case.window if growing else window
     reach = max(window, ps) + 1 if case.radix else window
     requests, tails = [], []
     for r in case.requests:
@@ -249,7 +276,7 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         requests.append(replace(r, prefix_pages=r.prefix_pages[:prefix]))
         tails.append(pages_needed(tail, ps))
     need = sum(tails)
-    evictable = case.radix and c.boolean(lean=(1,))
+    evictable = case.radix and c.boolean(lean=(1,)) and not growing
     locked = [j for j, r in enumerate(requests) if r.prefix_pages and tails[j] and not r.rebootstrap]
     if evictable and locked and c.boolean(lean=True):
         # a boundary: one page short of the tail of a request that holds a radix prefix (the requests before it
@@ -263,10 +290,11 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
         grow = min(CLIP_MAX_NEW_TOKENS, max((r.max_new_tokens for r in requests), default=0))
         count = need + pages_needed(grow + case.reserved_decode_tokens, ps) * len(requests)
         count -= _shortfall(c, count)
-    pages = tuple(distinct_sample(c, 1, count + 32, count))
+    # growing windows: the buffer's lowest pages free (only the padding page in use), else scattered above pages in use
+    pages = tuple(distinct_sample(c, 1, count + (0 if growing else 32), count))
     full = count * ps  # all of the free SWA buffer first, so that the case is valid to draw the budget from
     case = replace(case, requests=tuple(requests), swa_free_pages=pages, window=window, swa_token_budget=full)
-    return replace(case, swa_token_budget=None if evictable else _swa_budget(c, case))
+    return replace(case, swa_token_budget=None if evictable else _swa_budget(c, case, reread=growing))
 
 
 def _consensus(c: Choices, r: QueuedRequest) -> str | None:
@@ -297,23 +325,40 @@ def _reached(case: DecodeQueueCase) -> list[int]:
     return live
 
 
-def _swa_budget(c: Choices, case: DecodeQueueCase) -> int:
+def _swa_budget(c: Choices, case: DecodeQueueCase, *, reread: bool = False) -> int:
     """An SWA budget within the free SWA buffer: all of it less a shortfall (shrinks to none), or half the time
     (under lean 4 always) a boundary - exactly the first ``j`` requests' SWA charges (their tails' pages and
     headroom) with request ``j`` (shrinks to the last live one) at its admission test less one token (shrinks to
     that), or exactly."""
     cap = len(case.swa_free_pages or ()) * case.page_size
-    if not c.boolean(lean=(4,)):
+    if not (reread or c.boolean(lean=(4,))):
         return cap - _shortfall(c, cap)
     live = _reached(case)
+    if reread:  # the requests the pass admits before its SWA budget decides: within the free buffers and rows
+        live = live[: min(case.metadata_buffers, case.request_rows)]
     if not live:
         return cap
-    at = len(live) - 1 - c.integer(0, len(live) - 1)  # shrinks to the last: every request before it admitted
+    # shrinks to the last: every request before it admitted (re-read: at least one, whose headroom it keeps back)
+    at = len(live) - 1 - c.integer(0, len(live) - (2 if reread and len(live) > 1 else 1))
     j = live[at]
     room = min(case.requests[j].max_new_tokens, CLIP_MAX_NEW_TOKENS)
     need = max(case.swa_required(j), case.swa_tail_len(j) + room - case.retractable_swa_tokens)
-    charged = sum(case.swa_required(i) for i in live[:at])
+    if reread:  # the tails' pages taken and what the re-read budget keeps back for the admitted requests
+        taken = sum(pages_needed(case.swa_tail_len(i), case.page_size) * case.page_size for i in live[:at])
+        charged = taken + _swa_kept_back(case, at, taken) - _swa_kept_back(case, 0, 0)
+    else:  # read once (to 0.5.18): each admission charged its tail's pages and its headroom
+        charged = sum(case.swa_required(i) for i in live[:at])
     return max(0, min(cap, charged + need - 1 + c.integer(0, 1)))  # shrinks to one token short
+
+
+def _swa_kept_back(case: DecodeQueueCase, admitted: int, taken: int) -> int:
+    """What the re-read SWA budget keeps back after ``admitted`` admissions took ``taken`` SWA tokens: the active
+    requests' headroom, at most what their windows can still grow, or the largest running request's SWA need."""
+    active = len(case.running) + admitted
+    growth = max(0, active * case.window - case.swa_tokens_in_use - taken)
+    room = min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - case.retractable_swa_tokens
+    single = max((case.swa_span(tokens) + room for tokens, _ in case.running), default=0)
+    return max(min(case.reserved_decode_tokens * active, growth), single)
 
 
 def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:

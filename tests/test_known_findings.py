@@ -1065,3 +1065,19 @@ def test_t3_is_pinned_for_q1_to_q4() -> None:
     assert (want.admitted, want.failed, want.remaining) == ([], [], [0])  # it waits
     assert t3.explanation("Q1")({"case": swa[0]}, "failed #0, expected none")
     assert not t3.explanation("Q1")({"case": swa[0]}, "failed none, expected #0")
+
+
+def test_t11_is_pinned_for_q1() -> None:
+    """T11's Q1 form (0.5.19: a request the LoRA limit should pass over is admitted and fails for its SWA tail) does
+    not hang on the draws: the ci draws of stop 63's generator reached it on no example, and the queue's explicit
+    examples now hold it - a PP pass whose other microbatch holds the one adapter slot, a base-model request in the
+    good list, no free SWA page."""
+    from pdverify.oracle.decode_queue import expected_pass
+    from pdverify.properties.test_decode_queue import EXAMPLES
+
+    t11 = KNOWN["T11"]
+    assert t11.releases_for("Q1") == ("0.5.19",)
+    pinned = [c for c in EXAMPLES if c.pp_consensus and c.microbatch_loras and c.swa_free_pages == ()]
+    assert len(pinned) == 1 and t11.shows({"case": pinned[0]})
+    assert expected_pass(pinned[0]).remaining == [0]  # it waits for an adapter slot
+    assert t11.explanation("Q1")({"case": pinned[0]}, "failed #0, expected none")

@@ -219,6 +219,31 @@ def test_decode_queues_reach_the_pp_consensus(what: str, reached: Any) -> None:
     find(decode_queues(), reached, settings=settings(max_examples=3000, database=None))
 
 
+def test_decode_queues_reach_where_the_swa_budget_forms_part() -> None:
+    """From 0.5.19 the SWA budget is re-read after each admission and keeps back headroom only as far as the windows
+    can still grow; to 0.5.18 it is read once and charged each admission's headroom. The strategy reaches passes the
+    two forms decide differently, and one where the re-read keeping back no headroom for the admitted requests (XQ31)
+    admits a request the release turns away - a uniform draw reached neither in 3,000 passes."""
+    from pdverify.mutants.queue import _SwaHeadroomFree
+    from pdverify.oracle.decode_queue import expected_pass
+
+    def forms_part(c: Any) -> bool:
+        return (
+            c.swa_token_budget is not None
+            and expected_pass(c).admitted != expected_pass(c, swa_budget_reread=False).admitted
+        )
+
+    def xq31_seen(c: Any) -> bool:
+        return (
+            c.swa_free_pages is not None
+            and list(_SwaHeadroomFree(c, "cpu").run().admitted) != expected_pass(c).admitted
+        )
+
+    many = settings(max_examples=3000, database=None)
+    find(decode_queues(), forms_part, settings=many)
+    find(decode_queues(), xq31_seen, settings=many)
+
+
 @pytest.mark.parametrize("release", ["0.5.7", "0.5.16"])
 def test_decode_queues_draw_both_pp_forms_where_the_step_flattens_the_consensus(release: str) -> None:
     """0.5.7-0.5.16 have the decode PP loop (#14945): its step is given the stages' consensus (drawn, and checked

@@ -365,6 +365,7 @@ FEATURES: dict[str, Contract] = {
     "state_lists": FROM_STATE_LISTS,
     "swa_paged_pool": FROM_SWA_PAGED_POOL,
     "swa_tail_prealloc": FROM_SWA_TAIL_PREALLOC,
+    "swa_budget_reread": FROM_SWA_BUDGET_REREAD,
     "swa_whole_paged": SWA_WHOLE_PAGED,
     "dsv4_draft_state": FROM_DSV4_DRAFT_STATE,
     "dcp_prefill": FROM_DCP_PREFILL,

@@ -170,6 +170,21 @@ EXAMPLES = [
         window=128,
         swa_token_budget=512,
     ),
+    # a PP pass, the LoRA limit 1 taken by the other microbatch's adapter: the base-model request in the good list must
+    # wait; on a hybrid SWA pool with the radix cache and no free SWA page a pass that admits it anyway (no LoRA gate,
+    # T11) fails it for its SWA tail (Q1, 0.5.19)
+    _queue(
+        R(1, output_len=0, max_new_tokens=1, consensus="good"),
+        page_size=2,
+        free_pages=tuple(range(1, 9)),
+        token_budget=16,
+        max_loras=1,
+        pp_consensus=True,
+        microbatch_loras=("a",),
+        radix=True,
+        swa_free_pages=(),
+        window=1,
+    ),
     # a PP pass with the decode radix cache: the stages agreed the first request failed (on another stage) and the
     # second is ready; the first's prefix is matched here, so failing it releases its lock (to 0.5.16 the stage
     # polls its own receivers instead, finds the first ready and pre-allocates it, its lock kept: T32)
