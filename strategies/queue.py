@@ -13,7 +13,6 @@ from pdverify.model.queue import (
     CLIP_MAX_NEW_TOKENS,
     PRIORITY_ORDERS,
     RECEIVER_FAILURES,
-    RUNNING_MAX_NEW_TOKENS,
     DecodeQueueCase,
     QueuedRequest,
 )
@@ -267,7 +266,7 @@ def _with_swa_pool(c: Choices, case: DecodeQueueCase, *, growing: bool = False) 
     # request that fails for its tail can hold a lock (the generation-only measurement found that combination unreached)
     ps = case.page_size
     window = c.integer(1, 2 * ps) if c.boolean(lean=True) else c.integer(1, 40)
-    window = case.window if growing else window
+    window = case.window if growing else window  # drawn all the same: the draws after it stay in place
     reach = max(window, ps) + 1 if case.radix else window
     requests, tails = [], []
     for r in case.requests:
@@ -345,20 +344,10 @@ def _swa_budget(c: Choices, case: DecodeQueueCase, *, reread: bool = False) -> i
     need = max(case.swa_required(j), case.swa_tail_len(j) + room - case.retractable_swa_tokens)
     if reread:  # the tails' pages taken and what the re-read budget keeps back for the admitted requests
         taken = sum(pages_needed(case.swa_tail_len(i), case.page_size) * case.page_size for i in live[:at])
-        charged = taken + _swa_kept_back(case, at, taken) - _swa_kept_back(case, 0, 0)
+        charged = taken + case.swa_kept_back(at, taken) - case.swa_kept_back(0, 0)
     else:  # read once (to 0.5.18): each admission charged its tail's pages and its headroom
         charged = sum(case.swa_required(i) for i in live[:at])
     return max(0, min(cap, charged + need - 1 + c.integer(0, 1)))  # shrinks to one token short
-
-
-def _swa_kept_back(case: DecodeQueueCase, admitted: int, taken: int) -> int:
-    """What the re-read SWA budget keeps back after ``admitted`` admissions took ``taken`` SWA tokens: the active
-    requests' headroom, at most what their windows can still grow, or the largest running request's SWA need."""
-    active = len(case.running) + admitted
-    growth = max(0, active * case.window - case.swa_tokens_in_use - taken)
-    room = min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - case.retractable_swa_tokens
-    single = max((case.swa_span(tokens) + room for tokens, _ in case.running), default=0)
-    return max(min(case.reserved_decode_tokens * active, growth), single)
 
 
 def _host_short_of_reserve(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:

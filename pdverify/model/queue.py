@@ -369,6 +369,17 @@ class DecodeQueueCase:
         free = self.swa_free_pages or ()
         return (max(free, default=0) + 1 - len(free)) * self.page_size
 
+    def swa_kept_back(self, admitted: int, taken: int) -> int:
+        """What ``_swa_tail_allocatable_token_budget`` keeps back after ``admitted`` device admissions took ``taken``
+        SWA tokens: the active requests' decode headroom, at most what their windows can still grow
+        (``sliding_window_size`` x active - SWA tokens in use), or the largest running request's SWA need with the
+        others retracted."""
+        active = len(self.running) + admitted
+        growth = max(0, active * self.window - self.swa_tokens_in_use - taken)
+        room = min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - self.retractable_swa_tokens
+        single = max((self.swa_span(tokens) + room for tokens, _ in self.running), default=0)
+        return max(min(self.reserved_decode_tokens * active, growth), single)
+
     @property
     def retractable_swa_tokens(self) -> int:
         """The running requests' SWA spans (``_swa_retractable_len``; they carry no outputs here)."""

@@ -62,7 +62,6 @@ class PreallocPass:
         self.streamed: list[int] = []
         self.cleared: list[int] = []
         self.aborted = {i for i, r in enumerate(case.requests) if r.aborted}
-        self.swa_reserved_at_start = self.swa_reserved_tokens(0)
 
     # -- the steps -------------------------------------------------------------------------------------------
 
@@ -177,21 +176,8 @@ class PreallocPass:
         return "admit"
 
     def swa_reserved_tokens(self, extra_reserved_reqs: int) -> int:
-        """What ``_swa_tail_allocatable_token_budget`` keeps back: the active requests' decode headroom capped by
-        their windows' growth potential (``sliding_window_size`` x active - SWA tokens in use), or the largest
-        running request's SWA need with the others retracted."""
-        case = self.case
-        active = len(case.running) + extra_reserved_reqs
-        in_use = case.swa_tokens_in_use + self.swa_allocated
-        growth = max(0, active * case.window - in_use)
-        single = max(
-            (
-                case.swa_span(tokens) + min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) - case.retractable_swa_tokens
-                for tokens, _ in case.running
-            ),
-            default=0,
-        )
-        return max(min(case.reserved_decode_tokens * active, growth), single)
+        """What ``_swa_tail_allocatable_token_budget`` keeps back now, with ``extra_reserved_reqs`` admitted."""
+        return self.case.swa_kept_back(extra_reserved_reqs, self.swa_allocated)
 
     def swa_budget(self) -> int | None:
         """``_swa_tail_allocatable_token_budget``, re-read after each admission: the case's SWA budget less the SWA
@@ -200,7 +186,7 @@ class PreallocPass:
         budget = self.case.swa_token_budget
         if budget is None:
             return None
-        grown = self.swa_reserved_tokens(self.device_admitted) - self.swa_reserved_at_start
+        grown = self.swa_reserved_tokens(self.device_admitted) - self.case.swa_kept_back(0, 0)
         return budget - self.swa_allocated - grown
 
     def swa_fits(self, i: int) -> bool:

@@ -226,6 +226,14 @@ def _release_budget(cls: Any, queue: Any, *args: Any, **kw: Any) -> int:
     return int(own(queue, *args, **kw))
 
 
+def _shifted(shift: list[int], real: int, first: int) -> int:
+    """A real budget read less a constant, fixed at its first read (kept in ``shift``), that makes that read
+    ``first``: the case's budget; the constant stands for what else the server holds back."""
+    if not shift:
+        shift.append(real - first)
+    return int(real - shift[0])
+
+
 def _scheduler(running: list[Any], **settings: Any) -> Any:
     """The scheduler fields ``pop_preallocated`` reads: features off unless ``settings`` turn them on."""
     fields: dict[str, Any] = {
@@ -887,10 +895,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             0.5.11) - the free pool less the decode headroom of the active requests and of those this pass admitted
             (``extra_reserved_reqs``), or the largest running request's need - shifted by a constant so that its
             first read is the case's budget (the shift stands for what else the server holds back)."""
-            real = _release_budget(decode.DecodePreallocQueue, self, *args, **kw)
-            if not shift:
-                shift.append(real - case.token_budget)
-            return int(real - shift[0])
+            return _shifted(shift, _release_budget(decode.DecodePreallocQueue, self, *args, **kw), case.token_budget)
 
         def _swa_tail_allocatable_token_budget(self, *args: Any, **kw: Any) -> int:
             """The release's own SWA budget (``_swa_tail_allocatable_token_budget``, 0.5.12 on) - the free SWA pool
@@ -903,9 +908,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             if case.swa_token_budget is None:
                 return 10**9
             real = int(decode.DecodePreallocQueue._swa_tail_allocatable_token_budget(self, *args, **kw))
-            if not swa_shift:
-                swa_shift.append(real - case.swa_token_budget)
-            return real - swa_shift[0]
+            return _shifted(swa_shift, real, case.swa_token_budget)
 
         def _match_prefix_and_lock(self, req: Any) -> Any:
             """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and
