@@ -1537,18 +1537,23 @@ def _t32_explains(kwargs: Mapping[str, Any], message: str) -> bool:
     """Q1, Q2, Q3 or Q5's message (``<what> <got>, expected <want>``) exactly as the step makes it that hands the pass
     the consensus as ``rids_to_check`` (the stage's own polls decide: ``_pp_step_before_consensus``) - alone or with
     the release's other queue defects (the skipped polls of T23/T24, raw fill lengths: T3, no LoRA gate: T11,
-    arrival order: T17 on 0.5.11) - and not as the same pass given the consensus makes it."""
+    arrival order: T17 on 0.5.11, raw SWA-tail charges: T14 on 0.5.12-0.5.16) - and not as the same pass given the
+    consensus makes it."""
+    from pdverify.properties.releases import DOMAIN
+
     replayed = _pass_variants(kwargs, message)
     if replayed is None:
         return False
     shown, cases = replayed
+    raw_swas = (False, True) if DOMAIN.release in T14_RELEASES else (False,)
     for variant in cases:
         step = _pp_step_before_consensus(variant)
         for kw in (
-            {"skip_ready_polls": skip, "lora_gate": gate, "raw_fill": raw}
+            {"skip_ready_polls": skip, "lora_gate": gate, "raw_fill": raw, "raw_swa": raw_swa}
             for skip in (False, True)
             for gate in (True, False)
             for raw in (False, True)
+            for raw_swa in raw_swas
         ):
             own, agreed = _defective_queue_pass(step, **kw), _defective_queue_pass(variant, **kw)
             if _pass_shows(own, *shown) and not _pass_shows(agreed, *shown):
@@ -1745,6 +1750,9 @@ T24_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.6.post5") :]
 
 T23_RELEASES = QUEUE_RELEASES[QUEUE_RELEASES.index("0.4.9.post5") : QUEUE_RELEASES.index("0.5.13")]
 """T23's releases: from 0.4.9.post5 (the abort handler aborts a queued request's receiver) to 0.5.12.post1."""
+
+T14_RELEASES = (*QUEUE_EARLY[QUEUE_EARLY.index("0.5.12") :], "0.5.17")
+"""T14's releases: from 0.5.12 (SWA-tail pre-allocation, #24857) to 0.5.17 (fixed in 0.5.18, upstream #33794)."""
 
 T32_RELEASES = (*QUEUE_READ_ONCE[QUEUE_READ_ONCE.index("0.5.7") :], *QUEUE_EARLY)
 """T32's releases: from 0.5.7 (the decode PP event loop, #14945) to 0.5.16 (fixed in 0.5.17, upstream #31869)."""
@@ -2013,7 +2021,7 @@ KNOWN: dict[str, KnownDefect] = {
             "T14",
             "Q2",
             "sglang",
-            (*QUEUE_EARLY[QUEUE_EARLY.index("0.5.12") :], "0.5.17"),  # SWA-tail pre-allocation (#24857)
+            T14_RELEASES,  # SWA-tail pre-allocation (#24857)
             "decode's pre-allocation charges a hybrid SWA request its raw SWA tail against the SWA budget while the "
             "allocator takes whole pages: a pass admits more tails than the SWA pool holds, and _pre_alloc asserts "
             "'KV cache is full' (fixed in 0.5.18, upstream #33794)",

@@ -860,6 +860,32 @@ def test_t32_is_pinned_for_q5() -> None:
     assert any(r.consensus == "bad" and r.prefix_pages for c in pinned for r in c.requests)
 
 
+def test_t32_explains_a_pp_pass_with_t14s_raw_swa_charges() -> None:
+    """On 0.5.12-0.5.16 a PP stage's pass both polls its own receivers (T32) and charges raw SWA tails (T14): stop
+    64's draws met the two at once on Q3, and T32's explanation replays T14's charges there - nowhere T14 is not."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+    from pdverify.properties.releases import bind_release
+
+    t32 = KNOWN["T32"]
+    good = QueuedRequest(1, output_len=0, max_new_tokens=1, consensus="good")
+    bad = QueuedRequest(1, output_len=0, max_new_tokens=3, priority=1, receiver_failed="peer", consensus="bad")
+    # four 1-token tails of one 2-token page each against an SWA budget of 7: charged 1 token each, all four go and the
+    # bad one, sorted last, finds 3 left for its 4 and stays; the pass given the consensus admits three, fails it
+    case = DecodeQueueCase(page_size=2, requests=(bad, good, good, good, good), free_pages=tuple(range(1, 26)),
+                           metadata_buffers=5, request_rows=5, token_budget=50, priority_order="low_first",
+                           max_loras=1, pp_consensus=True, swa_free_pages=tuple(range(1, 16)), window=1,
+                           swa_token_budget=7)  # fmt: skip
+    message = "queue after the pass #0, expected #4"
+    try:
+        bind_release("0.5.12")
+        assert t32.shows({"case": case}) and t32.explanation("Q3")({"case": case}, message)
+        assert not t32.explanation("Q3")({"case": case}, "queue after the pass none, expected #4")
+        bind_release("0.5.11")  # no SWA-tail pre-allocation, no T14: not this pass
+        assert not t32.explanation("Q3")({"case": case}, message)
+    finally:
+        bind_release(None)
+
+
 def test_t30_is_the_missing_token_ids_row_and_t29_the_cleared_top_logprobs() -> None:
     """T30 (0.4.6.post5-0.5.22): a committed request naming token ids holds no token-ids row. It shows only where a
     transferred request asks for logprobs of named ids, and explains Q7's rows message only when the token-ids count
