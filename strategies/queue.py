@@ -13,6 +13,7 @@ from pdverify.model.queue import (
     CLIP_MAX_NEW_TOKENS,
     PRIORITY_ORDERS,
     RECEIVER_FAILURES,
+    RUNNING_MAX_NEW_TOKENS,
     DecodeQueueCase,
     QueuedRequest,
 )
@@ -100,7 +101,6 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
     swa_radix = DOMAIN.has("swa_decode_prefix")
     # decode's radix cache came in 0.5.11
     radix = not complete and c.boolean(lean=(1, 2, 4) if swa_radix else (1, 2)) and DOMAIN.decode_prefix
-    shared = list(range(10_000, 10_000 + max_length // ps + 1))  # the radix cache's pages of a common prefix
     # swarm switches: each per-request rarity is possible in only half the passes, so that a pass of k live,
     # bootstrapped, first-time requests - the one that reaches the deep verdicts (host receive, SWA tails) - is not
     # drowned by a rarity in one of its k requests
@@ -130,7 +130,8 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
             priority=c.integer(0, 3) if order else 0,
             lora=c.pick(ADAPTERS) if max_loras else None,
             checked=c.integer(0, 3) != 3 if restrict else True,
-            prefix_pages=tuple(shared[: c.integer(0, length // ps, lean=1)]) if radix else (),
+            # how many of the adapter's common prefix pages it holds (the pages themselves: cached_prefix, below)
+            prefix_pages=tuple(range(1, 1 + c.integer(0, length // ps, lean=1))) if radix else (),
             # lean 1: the first request rebootstrapped (it must match no radix prefix)
             rebootstrap=rebootstraps and c.integer(0, 3, lean=3 if c.leaning == 1 and i == 0 else None) == 3,
             # lean 3: the second request device-bound, between two host-bound ones
@@ -138,6 +139,7 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
             receiver_failed=c.pick(forms) if failures and c.integer(0, 3) == 3 else None,
             extra=draw_fields(c),
         )
+        request = replace(request, prefix_pages=cached_prefix(request.lora, len(request.prefix_pages)))
         requests.append(replace(request, consensus=_consensus(c, request)) if pp else request)
     running = tuple((c.integer(1, 64), c.pick(ADAPTERS) if max_loras else None) for _ in range(c.integer(0, 2, lean=1)))
     reserved = c.integer(0, 8, lean=1 if c.leaning == 4 else None)  # lean 4: a headroom the SWA budget charges
@@ -190,14 +192,14 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         and not growing
         and c.boolean(lean=() if case.radix else (1, 2, 3))
     ):
-        # a boundary of the device path without the radix cache (radix off, or a rebootstrapped request, which
-        # never matches decode's tree): a budget of exactly what the first j - 1 requests take (their fresh pages)
-        # and request j's charge and headroom - its raw fill length on that path, its fresh pages on the radix path -
-        # where charging a request by its tokens and allocating it whole pages part ways (T3), with running requests
-        # whose retractable tokens cover every request's output room, so that the raw-length term of the admission
-        # test is the one that binds (without it the generator had reached T3 once in 116 examples, on one release's
-        # draws only; charging the earlier requests their raw lengths too left their page rounding to stop the pass
-        # before request j: 18 of 1000 examples allocated past the budget)
+        # a boundary of the device path without the radix cache (radix off, or a rebootstrapped request, which never
+        # matches decode's tree): a budget of exactly what the first j - 1 requests take (their fresh pages, and on the
+        # radix path the pages their locks protect) and request j's charge and headroom - its raw fill length on that
+        # path, its fresh pages on the radix path - where charging a request by its tokens and allocating it whole pages
+        # part ways (T3), with running requests whose retractable tokens cover every request's output room, so that the
+        # raw-length term of the admission test is the one that binds (without it the generator had reached T3 once in
+        # 116 examples, on one release's draws only; charging the earlier requests their raw lengths too left their page
+        # rounding to stop the pass before request j: 18 of 1000 examples allocated past the budget)
         # counted over the requests the pass reaches (live, in its order, within the free buffers and rows)
         live = _reached(case)[: min(case.metadata_buffers, case.request_rows)] or [0]
         at = c.integer(0, len(live) - 1)
@@ -207,11 +209,20 @@ def draw_decode_queue(c: Choices, *, max_requests: int, max_length: int, max_pag
         ]
         j = live[at]
         charge = case.requests[j].fill_len if bypass[j] else fresh[j]
-        raw = sum(fresh[i] for i in live[:at]) + charge + case.reserved_decode_tokens
+        locked = {p for i in live[: at + 1] if not bypass[i] for p in case.requests[i].prefix_pages}
+        raw = sum(fresh[i] for i in live[:at]) + charge + len(locked) * ps + case.reserved_decode_tokens
         room = max(r.max_new_tokens for r in case.requests)
         running = case.running if case.retractable_tokens >= room else ((room, None), *case.running)[:2]
         case = replace(case, token_budget=min(raw, case.token_budget), running=running)
     return case
+
+
+def cached_prefix(lora: str | None, pages: int) -> tuple[int, ...]:
+    """The first ``pages`` pages of the common prefix the decode radix cache holds for requests of adapter ``lora``:
+    the tree keys a prefix by the request's adapter too (``Req.extra_key`` holds the LoRA id), so requests of one
+    adapter share its pages and requests of two never do."""
+    start = 10_000 + 1_000 * ADAPTERS.index(lora)
+    return tuple(range(start, start + pages))
 
 
 def _first_time_output(**fields: Any) -> QueuedRequest:
@@ -224,19 +235,87 @@ def _first_time_output(**fields: Any) -> QueuedRequest:
 
 
 def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
-    """A boundary: a token budget of exactly the fresh pages' tokens of the first ``j`` requests (in arrival order)
-    plus the decode headroom, or one token less - where a request is turned away for memory holding a radix lock,
-    charged for a prefix it holds, or admitted without its headroom (a uniform budget lands on it about once in
-    the pool's size)."""
+    """A boundary: a token budget of exactly the fresh pages' tokens of the first ``j`` requests (in arrival order),
+    the radix cache's pages their locks protect (the budget counts them while evictable) and the decode headroom, or
+    one token less - where a request is turned away for memory holding a radix lock, charged for a prefix it holds,
+    checked against the budget from before its own lock, or admitted without its headroom (a uniform budget lands on
+    it about once in the pool's size)."""
     ps, k = case.page_size, len(case.requests)
     j = c.integer(1, k, lean=1)
+    if case.radix and c.boolean() and (shared := _shared_lock_boundary(c, case)) is not None:
+        return shared
     fresh = 0
+    locked: set[int] = set()  # the radix cache's pages their locks take out of the budget's evictable part
     for r in case.requests[:j]:
         fill = r.length + (r.output_len if r.rebootstrap else max(r.output_len - 1, 0))
         held = len(r.prefix_pages) if case.radix and not r.rebootstrap else 0
         fresh += (pages_needed(fill, ps) - held) * ps
-    budget = max(0, fresh + case.reserved_decode_tokens - c.integer(0, 1))
+        locked |= set(r.prefix_pages[:held])
+    budget = max(0, fresh + len(locked) * ps + case.reserved_decode_tokens - c.integer(0, 1))
     return replace(case, token_budget=min(budget, case.token_budget))
+
+
+def _shared_lock_boundary(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase | None:
+    """A boundary where two admitted requests lock the same radix pages (a page two locks hold leaves the budget
+    once): the budget request ``j`` is checked against - what the requests before it took (their fresh pages, the
+    pages their locks and its own protect, the headroom their admissions add to what is kept back) - equal to its
+    need, or one token short, with a running request whose retractable tokens cover every request's output room (so
+    that the pages, not the output room, bind). ``j`` is a request the pass reaches whose matched prefix shares pages
+    with an earlier one's; None where there is none, or where a request before it would stop the pass first (a
+    uniform budget lands on this about once in 500 radix passes)."""
+    ps, reqs = case.page_size, case.requests
+    if case.host_threshold < 1:  # host receive takes requests off the device budget
+        return None
+    room = max(r.max_new_tokens for r in reqs)
+    # the added running request loads no adapter the pass would not have loaded anyway
+    adapters = [lora for _, lora in case.running] + list(case.microbatch_loras) + [r.lora for r in reqs]
+    adapter = adapters[0]
+    running = case.running if case.retractable_tokens >= room else ((room, adapter), *case.running)[:2]
+    loaded = {lora for _, lora in running} | set(case.microbatch_loras)
+    reached = []
+    for i in _reached(case):  # less those whose adapter does not fit (passed over), within the buffers and rows
+        if case.max_loras is None or len(loaded | {reqs[i].lora}) <= case.max_loras:
+            reached.append(i)
+            loaded.add(reqs[i].lora)
+    reached = reached[: min(case.metadata_buffers, case.request_rows)]
+    matching = [i for i in reached if not reqs[i].rebootstrap and reqs[i].length >= ps]
+    if sum(1 for i in matching if reqs[i].prefix_pages) < 2 and case.swa_free_pages is None:
+        # too few prefixes to share (a drawn prefix is empty a third of the time): each request that can match one
+        # gets one of the common prefix's pages (an SWA pool keeps its drawn ones: its window tails cap them)
+        given = list(reqs)
+        for i in matching:
+            pages = reqs[i].prefix_pages or cached_prefix(reqs[i].lora, c.integer(1, reqs[i].length // ps))
+            given[i] = replace(reqs[i], prefix_pages=pages)
+        case = replace(case, requests=tuple(given))
+        reqs = case.requests
+    held = [set(reqs[i].prefix_pages) if case.prefix_len(i) else set() for i in reached]
+    positions = [at for at in range(1, len(reached)) if any(held[at] & h for h in held[:at])]
+    if not positions:
+        return None
+    at = c.pick(positions)
+    retractable = sum(t for t, _ in running)
+    single = max((min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) + t - retractable for t, _ in running), default=0)
+
+    def kept(admitted: int) -> int:
+        return max(case.reserved_decode_tokens * (len(running) + admitted), single)
+
+    def fresh(i: int) -> int:
+        return pages_needed(reqs[i].fill_len, ps) * ps - case.prefix_len(i)
+
+    def need(i: int) -> int:
+        output_room = min(reqs[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        return max(
+            fresh(i) + case.reserved_decode_tokens, reqs[i].prefill_len - case.prefix_len(i) + output_room - retractable
+        )
+
+    def at_check(p: int) -> int:  # the budget that lets request reached[p] in exactly, all before it admitted
+        locked = set().union(*held[: p + 1])
+        return need(reached[p]) + sum(fresh(i) for i in reached[:p]) + len(locked) * ps + kept(p) - kept(0)
+
+    budget = at_check(at) - c.integer(0, 1)
+    if any(at_check(p) > budget for p in range(at)):
+        return None
+    return replace(case, token_budget=min(case.token_budget, max(0, budget)), running=running)
 
 
 def _growing_windows(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:

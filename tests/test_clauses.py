@@ -279,3 +279,39 @@ def test_the_swa_budget_reread_caps_its_headroom_by_the_windows_growth() -> None
     far = replace(wide, swa_free_pages=(40, 41, 42, 43, 44, 45))
     assert far.swa_tokens_in_use == 2 * 40
     assert expected_pass(far).admitted == [0, 1, 2]
+
+
+def test_the_budget_counts_the_radix_cache_s_evictable_pages_and_a_lock_takes_them_out() -> None:
+    """With the decode radix cache on, decode's budget counts the tree's evictable pages, and a request locks its
+    matched prefix before its budget check, which re-reads the budget after the lock ("Matching may lock
+    previously-evictable radix pages, so refresh the admission budget against the post-lock pool state", 0.5.11
+    on): the oracle and the port (0.5.23) check a request against the budget less the pages its lock newly protects,
+    and count a page two locks hold once. The three ways of getting it wrong are caught by the queue's explicit
+    examples (XQ40-XQ42)."""
+    from pdverify.model.queue import DecodeQueueCase, QueuedRequest
+    from pdverify.mutants.queue import budget_before_lock, locked_pages_per_lock, locks_stay_evictable
+    from pdverify.oracle.decode_queue import expected_pass
+    from pdverify.production.decode_queue import PreallocPass
+
+    def queue(*requests: QueuedRequest, budget: int) -> DecodeQueueCase:
+        return DecodeQueueCase(page_size=4, requests=requests, free_pages=tuple(range(1, 41)),
+                               metadata_buffers=len(requests), request_rows=len(requests), token_budget=budget,
+                               radix=True)  # fmt: skip
+
+    one = QueuedRequest(9, prefix_pages=(90, 91))  # 2 prefix pages (8 tokens), 1 fresh page; needs 9 - 8 + 8 = 9
+    for budget, admitted in ((16, []), (17, [0])):  # 16 - 8 locked = 8 < 9; 17 - 8 = 9
+        case = queue(one, budget=budget)
+        assert expected_pass(case).admitted == admitted
+        assert list(PreallocPass(case, "cpu").run().admitted) == admitted
+    # checked against the budget from before its lock, or with locks taking nothing, the request goes at 16
+    assert list(budget_before_lock(queue(one, budget=16), "cpu").admitted) == [0]
+    assert list(locks_stay_evictable(queue(one, budget=16), "cpu").admitted) == [0]
+    # shared pages: 29 - 8 - 4 (21 - 4 = 17 left), - 4 (13), then 1 page newly locked: 9 left for a need of 9
+    shared = queue(one, one, QueuedRequest(13, prefix_pages=(90, 91, 92)), budget=29)
+    assert expected_pass(shared).admitted == [0, 1, 2]
+    assert list(PreallocPass(shared, "cpu").run().admitted) == [0, 1, 2]
+    assert list(locked_pages_per_lock(shared, "cpu").admitted) == [0, 1]  # 8 + 8 + 12 locked: the third waits
+    # a rebootstrapped request matches nothing: its cached prefix stays evictable, and the budget is as it was
+    reboot = queue(QueuedRequest(9, rebootstrap=True, prefix_pages=(90, 91)), budget=18)
+    assert expected_pass(reboot).admitted == [0]  # needs max(3 pages' 12 tokens, 9 + 1 output + 8 of room) = 18
+    assert list(PreallocPass(reboot, "cpu").run().admitted) == [0]

@@ -83,7 +83,8 @@ KILLERS: dict[str, list[str]] = {
     "D3": ["XD08", "XD09", "XD12"],
     "D4": ["XD10"],
     "Q1": ["XQ02", "XQ09", "XQ25", "XQ27", "XQ33", "XQ34"],
-    "Q2": ["XQ03", "XQ04", "XQ05", "XQ06", "XQ07", "XQ09", "XQ11", "XQ17", "XQ21", "XQ23"],
+    # Q2 also: the budget from before the lock, locks protecting nothing, a shared page counted per lock
+    "Q2": ["XQ03", "XQ04", "XQ05", "XQ06", "XQ07", "XQ09", "XQ11", "XQ17", "XQ21", "XQ23", "XQ40", "XQ41", "XQ42"],
     "Q3": ["XQ01", "XQ04", "XQ08", "XQ11", "XQ35"],
     "Q4": ["XQ05", "XQ06", "XQ10", "XQ12", "XQ13", "XQ15", "XQ16", "XQ22", "XQ23", "XQ28"],
     "Q5": ["XQ14", "XQ16", "XQ17", "XQ26"],

@@ -1,7 +1,8 @@
-"""The pre-allocation driver runs SGLang's own decode radix cache where the release matches through
+"""The pre-allocation and queue drivers run SGLang's own decode radix cache where the release matches through
 ``match_kv_cache`` (0.5.22 on; one full pool, the prefix on the device): ``UnifiedRadixCache`` holds the request's
 prefix and the evictable sequences, ``pop_preallocated`` matches and locks through it, and its ``evict_for_alloc``
-frees what the request lacks. D3 and D4 see a tree planted to evict a page too many, or to lock nothing.
+frees what the request lacks. D3 and D4 see a tree planted to evict a page too many, or to lock nothing; in the queue
+(the queued requests' prefixes, one chain per adapter) Q2 sees a tree planted to lock nothing.
 
 Runs in the conformance environment (``.venv-sglang``, SGLang 0.5.23 or a release on ``PYTHONPATH``); skipped
 where SGLang is not installed.
@@ -77,3 +78,58 @@ def test_a_tree_evicting_a_page_too_many_or_locking_nothing_is_seen() -> None:
         pytest.raises(AssertionError, match=r"evicted \[38, 40, 41\]"),  # one more, then the prefix (l1_row)
     ):
         _run("D3", replace(case, evictable_pages=(38,)))
+
+
+def _lock_examples() -> tuple[Any, Any]:
+    """The queue's explicit examples of the post-lock budget: one request whose lock leaves it 8 of the 9 tokens it
+    needs, and three whose locks share pages."""
+    from pdverify.properties.test_decode_queue import EXAMPLES
+
+    alone = next(c for c in EXAMPLES if c.radix and c.token_budget == 16 and len(c.requests) == 1)
+    shared = next(c for c in EXAMPLES if c.radix and c.token_budget == 29)
+    return alone, shared
+
+
+def test_the_queue_matches_and_locks_through_sglangs_tree() -> None:
+    """The queue driver's radix cache is SGLang's own ``UnifiedRadixCache`` where the release matches through
+    ``match_kv_cache`` (0.5.22 on, one full pool): the release's own match locks through it, and its evictable and
+    protected sizes are what the release's budget reads."""
+    from sglang.srt.disaggregation import decode
+
+    from pdverify.targets.sglang_decode import _queue_tree_answers
+
+    alone, shared = _lock_examples()
+    if not _queue_tree_answers(decode, shared):
+        pytest.skip("this release's queue locks through the lock book (before 0.5.22)")
+    locked: list[Any] = []
+    own = radix.UnifiedRadixCache.lock
+
+    def counted(self: Any, node: Any, *args: Any) -> Any:
+        lock = own(self, node, *args)
+        locked.append(self.protected_size())
+        return lock
+
+    with mock.patch.object(radix.UnifiedRadixCache, "lock", counted):
+        for prop in ("Q2", "Q5"):
+            _run(prop, shared)
+            _run(prop, alone)
+    # Q2 then Q5 on the shared example: 2 pages, still 2 (the second lock's pages are the first's), then 3, of 4 tokens
+    assert locked[:3] == [8, 8, 12], locked
+
+
+def test_a_queue_tree_whose_locks_protect_nothing_is_seen() -> None:
+    """On a tree planted to lock nothing, the release's budget keeps counting a matched prefix as evictable: Q2 sees
+    a request admitted that its own lock would have left short."""
+    from sglang.srt.disaggregation import decode
+
+    from pdverify.targets.sglang_decode import _queue_tree_answers
+
+    alone, _ = _lock_examples()
+    if not _queue_tree_answers(decode, alone):
+        pytest.skip("this release's queue locks through the lock book (before 0.5.22)")
+    nothing = radix.IncLockRefResult()
+    with (
+        mock.patch.object(radix.UnifiedRadixCache, "inc_lock_ref", lambda self, node, *a: nothing),
+        pytest.raises(AssertionError, match=r"admitted #0, expected none"),
+    ):
+        _run("Q2", alone)

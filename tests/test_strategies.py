@@ -244,6 +244,38 @@ def test_decode_queues_reach_where_the_swa_budget_forms_part() -> None:
     find(decode_queues(), xq31_seen, settings=many)
 
 
+@given(decode_queues())
+@settings(max_examples=200, database=None)
+def test_decode_queues_share_prefix_pages_within_an_adapter_only(case: Any) -> None:
+    """The decode radix cache keys a prefix by the request's adapter too (``Req.extra_key`` holds the LoRA id): the
+    requests of one adapter hold the start of one common prefix, and no page is cached under two adapters."""
+    owner: dict[int, Any] = {}
+    for r in case.requests:
+        for page in r.prefix_pages:
+            assert owner.setdefault(page, r.lora) == r.lora, f"page {page} cached for {owner[page]!r} and {r.lora!r}"
+    for lora in {r.lora for r in case.requests}:
+        chains = sorted((r.prefix_pages for r in case.requests if r.lora == lora), key=len)
+        assert all(chains[-1][: len(p)] == p for p in chains), f"adapter {lora!r}'s prefixes {chains} are not one chain"
+
+
+def test_decode_queues_reach_two_locks_on_one_page_at_the_budget() -> None:
+    """The decode radix cache's budget loses a page some lock holds once, however many locks hold it. The strategy
+    reaches a pass where counting it once per lock (XQ42) turns away a request the release admits - 0 to 1 draws in
+    1,000 radix passes before its shared-lock boundary, 3 to 4 with it."""
+    from pdverify.mutants.queue import _LockedPagesPerLock
+    from pdverify.oracle.decode_queue import expected_pass
+    from pdverify.properties.releases import bind_release
+
+    def xq42_seen(c: Any) -> bool:
+        return c.radix and list(_LockedPagesPerLock(c, "cpu").run().admitted) != expected_pass(c).admitted
+
+    bind_release("0.5.23")
+    try:
+        find(decode_queues(), xq42_seen, settings=settings(max_examples=4000, database=None))
+    finally:
+        bind_release(None)
+
+
 @pytest.mark.parametrize("release", ["0.5.7", "0.5.16"])
 def test_decode_queues_draw_both_pp_forms_where_the_step_flattens_the_consensus(release: str) -> None:
     """0.5.7-0.5.16 have the decode PP loop (#14945): its step is given the stages' consensus (drawn, and checked

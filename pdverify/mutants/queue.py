@@ -475,3 +475,54 @@ class _PpOneMicrobatch(PreallocPass):
 )
 def pp_one_microbatch(case: DecodeQueueCase, device: str) -> QueueTrace:
     return _PpOneMicrobatch(case, device).run()
+
+
+class _BudgetBeforeLock(PreallocPass):
+    def fits(self, i: int) -> bool:
+        budget = self.budget()  # read before the request's own lock, as if matching took nothing evictable
+        if self.prefix(i):
+            self.locks.add(i)
+        if self.required_tokens(i) > budget:
+            self.locks.discard(i)
+            return False
+        return True
+
+
+@mutant(
+    "XQ40",
+    "decode_queue",
+    "stale read",
+    "the budget check reads the budget from before the request's own radix lock (its prefix still counted evictable)",
+)
+def budget_before_lock(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _BudgetBeforeLock(case, device).run()
+
+
+class _LocksStayEvictable(PreallocPass):
+    def locked_tokens(self) -> int:
+        return 0
+
+
+@mutant(
+    "XQ41",
+    "decode_queue",
+    "missing term",
+    "the budget counts the radix cache's locked pages as evictable (a lock protects nothing from the budget)",
+)
+def locks_stay_evictable(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _LocksStayEvictable(case, device).run()
+
+
+class _LockedPagesPerLock(PreallocPass):
+    def locked_tokens(self) -> int:
+        return sum(len(self.case.requests[i].prefix_pages) for i in self.locks) * self.case.page_size
+
+
+@mutant(
+    "XQ42",
+    "decode_queue",
+    "wrong count",
+    "the budget takes a radix page out once per lock holding it (a prefix two requests share is counted twice)",
+)
+def locked_pages_per_lock(case: DecodeQueueCase, device: str) -> QueueTrace:
+    return _LockedPagesPerLock(case, device).run()

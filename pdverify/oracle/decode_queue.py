@@ -13,7 +13,13 @@ the queue, its receiver is released, and its abort is streamed unless it already
 served, the bootstrapped requests that are not aborted; a request whose LoRA adapter would not fit beside the loaded
 ones is passed over (it waits, the next may go), and the pass stops at the first request that finds no free metadata
 buffer, no free request row, or a token budget short of its need: ``max(its fresh KV pages' tokens + the decode
-headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable tokens)``. A request's fresh pages
+headroom, tokens prefill sends - its prefix + min(max_new_tokens, clip) - retractable tokens)``. With the radix cache
+on, the budget counts the tree's evictable pages (it can free them on demand), and a locked page is not evictable: a
+request locks its matched prefix before its budget check ("Matching may lock previously-evictable radix pages, so
+refresh the admission budget against the post-lock pool state before we decide whether this request still fits",
+``decode.py`` 0.5.11 on), so the budget it is checked against, and every later one, lacks the prefix pages its lock
+newly protected (a page another admitted request holds locked already is not counted twice); turned away, it
+releases the lock. A request's fresh pages
 are those of ``[prefix, fill)`` (its matched device prefix is held already; a rebootstrapped request matches none, and
 holds and receives its outputs too). Each device admission takes its fresh pages' tokens from the budget, and the
 reserve grows by its headroom: the budget keeps back ``max(headroom x (running + admitted), the largest running
@@ -124,6 +130,7 @@ def expected_pass(
         return max(min(case.reserved_decode_tokens * active, growth), swa_single)
 
     swa_reserve_start = swa_reserve(0, swa_used)
+    protected: set[int] = set()  # the radix cache's pages the admitted requests hold locked
     swa_taken = 0  # the SWA pages' tokens this pass took
     admitted: list[int] = []
     on_host = 0
@@ -153,7 +160,8 @@ def expected_pass(
         tokens = (fill + ps - 1) // ps * ps - prefix
         new = min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
         need = max(tokens + case.reserved_decode_tokens, sent - prefix + new - retractable)
-        if need > budget:
+        locking = set(r.prefix_pages) - protected if prefix else set()  # what its lock takes out of the evictable
+        if need > budget - len(locking) * ps:
             break
         if case.swa_free_pages is not None:
             tail = span(fill)
@@ -180,6 +188,8 @@ def expected_pass(
             budget -= tokens + reserve(on_device + 1) - reserve(on_device)
         else:
             budget -= tokens + case.reserved_decode_tokens
+        budget -= len(locking) * ps
+        protected |= locking
         loaded.add(r.lora)
     gone = set(admitted) | set(failed)
     locked = [i for i in admitted if case.radix and reqs[i].prefix_pages and not reqs[i].rebootstrap]

@@ -7,14 +7,16 @@ requests and marks its good ones ready. It sorts the queue by priority (when pri
 aborted requests it looks at, then admits in queue order: a request still bootstrapping is passed over, one whose LoRA
 adapter does not fit is passed over, and the pass stops at the first request without a metadata buffer, a request row or
 the token budget for ``_required_admission_tokens``. With the radix cache on, a request that reaches the budget check
-matches its device prefix and locks it; turned away there, it releases the lock. An admitted request gets a row (its
+matches its device prefix and locks it, and is checked against the budget re-read after the lock (its newly locked
+pages are no longer evictable: the budget counts the tree's evictable pages); turned away there, it releases the
+lock. An admitted request gets a row (its
 prefix written to ``[0, P)``), fresh pages for ``[P, fill_len)`` in the allocator's free order, a metadata buffer, and
 its destination list ``kv_to_page_indices(row[P:prefill_len])`` cast to int32. A rebootstrapped request matches nothing
 and holds and receives its outputs too. The budget after each admission is
 ``_allocatable_token_budgets(extra_reserved_reqs=<device admissions>)`` shifted to start at the case's budget: less the
-tokens allocated so far and what the admitted requests' headroom adds to the reserve. With a hybrid SWA pool a request
-must also fit the SWA budget (stop otherwise), which each admission charges its tail's page-aligned tokens and headroom,
-and then find SWA pages for its tail (it fails otherwise).
+tokens allocated so far, what the admitted requests' headroom adds to the reserve and the pages locks hold. With a
+hybrid SWA pool a request must also fit the SWA budget (stop otherwise), which each admission charges its tail's
+page-aligned tokens and headroom, and then find SWA pages for its tail (it fails otherwise).
 
 ``PreallocPass`` keeps each step a method so that the mutant catalogue can replace one at a time.
 """
@@ -110,8 +112,15 @@ class PreallocPass:
         return max(self.case.reserved_decode_tokens * (len(running) + extra_reserved_reqs), single)
 
     def budget(self) -> int:
+        """``_allocatable_token_budgets`` now: the case's budget less the tokens allocated, the growth of what it
+        keeps back, and the radix cache's pages the current locks took out of the evictable (``evictable_size``)."""
         grown = self.reserved_tokens(self.device_admitted) - self.reserved_tokens(0)
-        return self.case.token_budget - self.allocated_tokens - grown
+        return self.case.token_budget - self.allocated_tokens - grown - self.locked_tokens()
+
+    def locked_tokens(self) -> int:
+        """The tokens of the radix cache's pages some lock holds (a page two locks hold counts once)."""
+        pages = {page for i in self.locks for page in self.case.requests[i].prefix_pages}
+        return len(pages) * self.case.page_size
 
     def prefix(self, i: int) -> int:
         """The device prefix request ``i`` matches (0: the radix cache is off, or the request rebootstraps)."""
@@ -127,7 +136,8 @@ class PreallocPass:
         )
 
     def fits(self, i: int) -> bool:
-        """The budget check, with the prefix matched and locked first; a request turned away releases it."""
+        """The budget check, with the prefix matched and locked first (the budget is re-read after the lock: "Matching
+        may lock previously-evictable radix pages"); a request turned away releases it."""
         if self.prefix(i):
             self.locks.add(i)
         if self.required_tokens(i) > self.budget():

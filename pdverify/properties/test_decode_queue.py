@@ -106,9 +106,23 @@ EXAMPLES = [
         running=((10, "a"),),
         radix=True,
     ),
-    # the radix cache: two requests share a 2-page prefix; the first needs 9 - 8 + 8 = 9 tokens, 4 fresh; the
-    # second 16 - 8 + 8 = 16 > 19 - 4 left: it is turned away and releases its lock
+    # the radix cache: two requests share a 2-page prefix; the first needs 9 - 8 + 8 = 9 tokens, 4 fresh, and its
+    # lock takes the prefix's 8 evictable tokens out of the budget (19 - 8 = 11 left); the second, its prefix locked
+    # already, needs 16 - 8 + 8 = 16 > 11 - 4 left: it is turned away and releases its lock
     _queue(R(9, prefix_pages=(90, 91)), R(16, prefix_pages=(90, 91)), radix=True, token_budget=19),
+    # the budget counts the radix cache's evictable pages and is re-read after the lock: 9 needed, 16 - 8 locked = 8
+    # left - the request waits (checked against the budget from before its lock it would go)
+    _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=16),
+    # a page two locks hold leaves the budget once: 29 - 8 locked (21 left) - 4 fresh, - 4 fresh (13 left),
+    # - 4 newly locked (9 left) - 4 fresh; each needs 9 (counting the shared pages once per lock, the third would
+    # find 29 - 28 locked - 8 fresh and wait)
+    _queue(
+        R(9, prefix_pages=(90, 91)),
+        R(9, prefix_pages=(90, 91)),
+        R(13, prefix_pages=(90, 91, 92)),
+        radix=True,
+        token_budget=29,
+    ),
     # rebootstrapped: decode holds and receives the prompt and its outputs (6 + 3 = 9 tokens: a third page the
     # prompt alone does not reach), never matches
     _queue(R(6, output_len=3, rebootstrap=True, prefix_pages=(90,)), R(4, prefix_pages=(90,)), radix=True),

@@ -32,7 +32,7 @@ import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
 from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
-from pdverify.targets.protocol import ServerRefuses
+from pdverify.targets.protocol import ServerRefuses, TargetError
 from pdverify.targets.sglang_context import published
 from pdverify.targets.sglang_group import one_rank_gloo
 from pdverify.targets.sglang_prefill import int_tuple, metadata_allocator
@@ -254,13 +254,20 @@ def _scheduler(running: list[Any], **settings: Any) -> Any:
 
 
 def _request(  # pragma: no cover - conformance venv
-    rid: str, length: int, output_len: int, *, lora: str | None = None, max_new_tokens: int = 8
+    rid: str,
+    length: int,
+    output_len: int,
+    *,
+    lora: str | None = None,
+    max_new_tokens: int = 8,
+    prompt: list[int] | None = None,
 ) -> Any:
     """A request as the decode drivers hand it to ``pop_preallocated``: SGLang's own ``Req`` (``release_request``, in
-    every release) with prompt tokens ``PROMPT_TOKEN + i`` (the radix tree's keys), ``output_len`` outputs, a
-    bootstrap on a real prefill host (0.5.21 asks whether the transfer is the fake backend), the adapter; fresh KV
-    bookkeeping and no abort, as the release's constructor leaves them."""
-    prompt = [PROMPT_TOKEN + i for i in range(length)]
+    every release) with prompt tokens ``PROMPT_TOKEN + i`` (the radix tree's keys) unless ``prompt`` names them,
+    ``output_len`` outputs, a bootstrap on a real prefill host (0.5.21 asks whether the transfer is the fake backend),
+    the adapter; fresh KV bookkeeping and no abort, as the release's constructor leaves them."""
+    if prompt is None:
+        prompt = [PROMPT_TOKEN + i for i in range(length)]
     req = release_request(rid, prompt, max_new_tokens=max_new_tokens, lora_id=lora,
                           bootstrap_host="10.0.0.2", bootstrap_port=8998, bootstrap_room=1)  # fmt: skip
     req.output_ids.extend([0] * output_len)
@@ -587,6 +594,88 @@ def _real_tree(case: DecodeCase, req_pool: Any, allocator: Any, evicted: list[in
     return tree
 
 
+PAGE_TOKEN = 2_000_000
+"""The first token id of a queued request's cached prefix: token ``PAGE_TOKEN + page * page_size + offset`` at each
+slot of its prefix pages, so that requests whose prefixes hold the same pages share their tokens (and the tree's
+nodes), and a request's match ends where its prefix pages do (its later tokens are ``PROMPT_TOKEN + i``, which no
+cached sequence holds)."""
+
+
+def _queue_prompts(case: DecodeQueueCase) -> list[list[int]]:
+    """Each queued request's prompt: its prefix pages' tokens (``PAGE_TOKEN``), then ``PROMPT_TOKEN + i``."""
+    ps = case.page_size
+    prompts = []
+    for r in case.requests:
+        cached = [PAGE_TOKEN + page * ps + o for page in r.prefix_pages for o in range(ps)][: r.length]
+        prompts.append(cached + [PROMPT_TOKEN + i for i in range(len(cached), r.length)])
+    return prompts
+
+
+def _queue_tree_answers(decode: Any, case: DecodeQueueCase) -> bool:
+    """Whether SGLang's own decode radix cache answers a queue case (``_queue_tree``): the release matches through
+    ``match_kv_cache`` and locks through ``tree_cache.lock`` (0.5.22 on), one full pool (a hybrid SWA tree's SWA
+    component is still the lock book's), and the prefixes of each adapter's requests one chain - each the start of
+    the longest - with no page under two adapters, as the strategy draws them (the tree keys a prefix by the adapter
+    too; two branches would share a first page the tree holds once, and building them its insert frees the second
+    copy). Elsewhere the lock book answers."""
+    chains = _prefix_chains(case)
+    pages = [page for chain in chains.values() for page in chain]
+    forms_chains = all(r.prefix_pages == chains.get(r.lora, ())[: len(r.prefix_pages)] for r in case.requests) and len(
+        pages
+    ) == len(set(pages))
+    return case.radix and hasattr(decode, "match_kv_cache") and case.swa_free_pages is None and forms_chains
+
+
+def _prefix_chains(case: DecodeQueueCase) -> dict[str | None, tuple[int, ...]]:
+    """Each adapter's longest prefix among the queued requests (the chain the decode radix cache holds for it)."""
+    chains: dict[str | None, tuple[int, ...]] = {}
+    for r in case.requests:
+        if len(r.prefix_pages) > len(chains.get(r.lora, ())):
+            chains[r.lora] = r.prefix_pages
+    return chains
+
+
+def _queue_tree(  # pragma: no cover - conformance venv
+    case: DecodeQueueCase, req_pool: Any, allocator: Any, extra_keys: dict[str | None, Any]
+) -> Any:
+    """SGLang's own ``UnifiedRadixCache`` (full component) over the queue's request pool and allocator, caching each
+    adapter's prefix chain (``_prefix_chains``) under its prefix tokens (``_queue_prompts``) and the adapter's extra
+    key (``extra_keys``: each adapter's requests' ``Req.extra_key``): requests whose prefixes hold the same pages share
+    the tree's nodes. Its eviction must not run: the case's free pages cover every admission, so a call to
+    ``evict_for_alloc`` that frees anything is a driver error, not a pass."""
+    from array import array
+
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    ps = case.page_size
+    tree = UnifiedRadixCache(CacheInitParams(disable=False, req_to_token_pool=req_pool,
+                                             token_to_kv_pool_allocator=allocator, page_size=ps,
+                                             tree_components=(ComponentType.FULL,)))  # fmt: skip
+    # each chain once, the longest prefix's (the others are its start: inserting them too would free their copies)
+    for lora, pages in _prefix_chains(case).items():
+        tokens = [PAGE_TOKEN + page * ps + o for page in pages for o in range(ps)]
+        slots = [page * ps + o for page in pages for o in range(ps)]
+        key = RadixKey(token_ids=array("q", tokens), extra_key=extra_keys[lora])
+        tree.insert(InsertParams(key=key, value=torch.tensor(slots, dtype=torch.int64)))
+    own_evict = tree.evict_for_alloc
+
+    def evict_for_alloc(params: Any) -> Any:
+        result = own_evict(params)
+        if result.num_tokens_evicted:
+            raise TargetError(
+                f"the queue's radix cache evicted {result.num_tokens_evicted} tokens: the case's free pages "
+                f"{list(case.free_pages)} do not cover its admissions (the strategy sizes them to)"
+            )
+        return result
+
+    tree.evict_for_alloc = evict_for_alloc
+    return tree
+
+
 def _request_rows(decode: Any, width: int, rows: int = 2, pre_alloc: int = 2) -> Any:
     """Decode's request-to-token pool of ``rows`` free rows and ``pre_alloc`` pre-allocation rows of ``width`` slots:
     ``DecodeReqToTokenPool`` from 0.4.7 (#6980), the plain ``ReqToTokenPool`` decode used before (all its rows free)."""
@@ -753,12 +842,15 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
     case's consensus, a stage of ``pp_size`` 2, 0.5.7 on; ``poll_and_all_reduce_pp`` from 0.5.17), and the full-side
     budget (``_allocatable_token_budgets``,
     ``_allocatable_tokens`` to 0.5.11: the release's own, over the real allocator and the running batch, shifted by a
-    constant to start at the case's budget - ``_release_budget``). Stand-ins: the SWA budget
-    (``_swa_tail_allocatable_token_budget``: the case's SWA budget less the SWA pages and headroom this pass
-    committed), the radix match (``_match_prefix_and_lock``: the request's prefix pages, locked in a lock book whose
-    ``unlock`` the real code calls), the output streamer and the KV receivers (they poll as the case says - the
-    release's own ``_update_handshake_waiters`` polls them and reduces the polls over a one-rank gloo group - and
-    record what they are sent).
+    constant to start at the case's budget - ``_release_budget``), and likewise the SWA budget
+    (``_swa_tail_allocatable_token_budget``, 0.5.12 on); the decode radix cache SGLang's own ``UnifiedRadixCache``
+    holding the queued requests' prefixes, which the release's own ``_match_prefix_and_lock`` matches and locks, where
+    ``_queue_tree_answers`` (0.5.22 on, a full pool, one prefix chain per adapter). Stand-ins: the SWA budget of a case
+    that leaves it to the radix cache's evictable SWA pages (``swa_token_budget`` None: ample); elsewhere, the radix
+    match (``_match_prefix_and_lock``: the request's prefix pages, locked in a lock book whose ``unlock`` the real code
+    calls and whose evictable and protected sizes the budget reads); the output streamer and the KV receivers (they
+    poll as the case says - the release's own ``_update_handshake_waiters`` polls them and reduces the polls over a
+    one-rank gloo group - and record what they are sent).
     """
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
@@ -844,10 +936,14 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
             raise AssertionError("the host pool frees nothing in one pass")
 
     held: set[str] = set()
+    real_tree = _queue_tree_answers(decode, case)
+    tree_locks: dict[int, str] = {}  # on SGLang's tree: each lock a matched prefix took, by the request's rid
+    cached = {page for r in case.requests for page in r.prefix_pages} if case.radix else set()
 
     class Tree:
-        """The decode radix cache's lock book: a lock per matched request (a stand-in: the tree itself is not
-        under test)."""
+        """The decode radix cache's lock book (a stand-in: the tree itself is not under test): a lock per matched
+        request, over a tree caching the queued requests' prefix pages. A page some lock holds is protected, the others
+        evictable (``evictable_size``, which the budget counts: a lock takes its newly protected pages out of it)."""
 
         def lock(self, rid: str) -> str:
             held.add(rid)
@@ -876,15 +972,17 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         evict = evict_for_alloc  # 0.5.18's name
 
-        def evictable_size(self) -> int:  # the budget counts it (0.5.18's log line reads it too): nothing here
-            return 0
-
-        full_evictable_size = full_protected_size = evictable_size  # a hybrid SWA tree's full side (0.5.22 on)
-
         def protected_size(self) -> int:
-            return 0
+            pages = {page for rid in held for page in case.requests[int(rid[1:])].prefix_pages}
+            return len(pages) * ps
 
-        swa_evictable_size = evictable_size  # the SWA budget counts it (0.5.19 on): nothing here either
+        def evictable_size(self) -> int:  # the budget counts it (0.5.18's log line reads it too)
+            return len(cached) * ps - self.protected_size()
+
+        full_evictable_size, full_protected_size = evictable_size, protected_size  # a hybrid SWA tree's (0.5.22 on)
+
+        def swa_evictable_size(self) -> int:  # the SWA budget counts it (0.5.19 on): the prefixes hold no SWA pages
+            return 0
 
     shift: list[int] = []
     swa_shift: list[int] = []
@@ -912,7 +1010,13 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
 
         def _match_prefix_and_lock(self, req: Any) -> Any:
             """The match of the request's device prefix (its whole pages), locked as ``match_kv_cache`` and
-            ``tree_cache.lock`` would."""
+            ``tree_cache.lock`` would; on SGLang's own tree (``_queue_tree``) the release's own match and lock, whose
+            lock on a matched prefix the book records (released by the tree's ``unlock``)."""
+            if real_tree:
+                match = decode.DecodePreallocQueue._match_prefix_and_lock(self, req)
+                if match.l1_prefix_len > 0:
+                    tree_locks[id(req.lock)] = req.rid
+                return match
             pages = case.requests[int(req.rid[1:])].prefix_pages
             locations = [p * ps + o for p in pages for o in range(ps)]
             req.lock = self.tree_cache.lock(req.rid) if pages else None
@@ -939,9 +1043,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         for k, (tokens, lora) in enumerate(case.running)
     ]
     q: Any = Queue()
-    q.tree_cache = Tree()
+    q.tree_cache = Tree()  # SGLang's own replaces it once the requests are built (their extra keys key the tree)
     q.tree_cache.disable, q.tree_cache.sidecar_pool_specs = False, []
-    q.tree_cache.evict_host = lambda tokens: None
     q.host_pool, q.host_swa_pool, q.host_reserved_tokens = HostPool(), None, case.host_reserved_tokens
     q.num_reserved_decode_tokens = case.reserved_decode_tokens
     q.scheduler = _scheduler(
@@ -982,8 +1085,8 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         enable_staging=case.staging, queue=[], staging_handler=_staging(ps, events) if case.staging else None
     )
     reqs = []
-    for i, r in enumerate(case.requests):
-        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens)
+    for i, (r, prompt) in enumerate(zip(case.requests, _queue_prompts(case), strict=True)):
+        req = _request(f"r{i}", r.length, r.output_len, lora=r.lora, max_new_tokens=r.max_new_tokens, prompt=prompt)
         for name, value in r.extra.items():  # registered request fields
             setattr(req, name, value)
         req.priority = r.priority
@@ -993,6 +1096,18 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         req.pd_rebootstrap_in_progress = r.rebootstrap
         req.bootstrap_host = "10.0.0.1"
         reqs.append(req)
+    if real_tree:
+        q.tree_cache = _queue_tree(
+            case, req_pool, allocator, {r.lora: req.extra_key for r, req in zip(case.requests, reqs, strict=True)}
+        )
+        own_unlock = q.tree_cache.unlock
+
+        def unlock(lock: Any) -> None:
+            own_unlock(lock)
+            tree_locks.pop(id(lock), None)
+
+        q.tree_cache.unlock = unlock
+    q.tree_cache.evict_host = lambda tokens: None  # the host pool's (row 9): no host copies here
     # rebootstrap came in 0.5.16 (the strategies draw it only from there): no such field before
     takes_rebootstrap = "is_rebootstrap" in inspect.signature(decode.DecodeRequest).parameters
     rebootstrap: list[dict[str, Any]] = [
@@ -1056,7 +1171,7 @@ def sglang_decode_queue(case: DecodeQueueCase, device: str) -> QueueTrace:  # pr
         remaining=tuple(index(d.req.rid) for d in q.queue),
         streamed=tuple(index(rid) for rid in streamed),
         cleared=tuple(index(rid) for rid in cleared),
-        locked=tuple(sorted(index(rid) for rid in held)),
+        locked=tuple(sorted(index(rid) for rid in (set(tree_locks.values()) if real_tree else held))),
         rows_left=int(req_pool.available_size()),
         buffers_left=int(q.req_to_metadata_buffer_idx_allocator.available_size()),
         events=tuple(events),
