@@ -110,6 +110,9 @@ EXAMPLES = [
     # lock takes the prefix's 8 evictable tokens out of the budget (19 - 8 = 11 left); the second, its prefix locked
     # already, needs 16 - 8 + 8 = 16 > 11 - 4 left: it is turned away and releases its lock
     _queue(R(9, prefix_pages=(90, 91)), R(16, prefix_pages=(90, 91)), radix=True, token_budget=19),
+    # an aborted request the pass looks at fails, the live one behind it is admitted: T18's Q2 form pinned (its pages
+    # whole and its room to finish within them and the headroom, so that neither T3 nor T19 shows on it)
+    _queue(R(8, aborted=True, max_new_tokens=1), R(4, max_new_tokens=1), reserved_decode_tokens=1),
     # the budget counts the radix cache's evictable pages and is re-read after the lock: 9 needed, 16 - 8 locked = 8
     # left - the request waits (checked against the budget from before its lock it would go)
     _queue(R(9, prefix_pages=(90, 91)), radix=True, token_budget=16),
