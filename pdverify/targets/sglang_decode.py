@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from pdverify.model.exchange import DecodeCase, DecodeTrace
+from pdverify.model.layout import token_locations
 from pdverify.model.queue import RUNNING_MAX_NEW_TOKENS, Admission, DecodeQueueCase, QueueTrace, queue_trace
 from pdverify.targets.protocol import ServerRefuses, TargetError
 from pdverify.targets.sglang_context import published
@@ -601,12 +602,17 @@ nodes), and a request's match ends where its prefix pages do (its later tokens a
 cached sequence holds)."""
 
 
+def _page_tokens(pages: tuple[int, ...], ps: int) -> list[int]:
+    """The tokens of cached prefix ``pages``: ``PAGE_TOKEN`` plus each of their slots."""
+    return [PAGE_TOKEN + slot for slot in token_locations(list(pages), len(pages) * ps, ps)]
+
+
 def _queue_prompts(case: DecodeQueueCase) -> list[list[int]]:
-    """Each queued request's prompt: its prefix pages' tokens (``PAGE_TOKEN``), then ``PROMPT_TOKEN + i``."""
+    """Each queued request's prompt: its prefix pages' tokens (``_page_tokens``), then ``PROMPT_TOKEN + i``."""
     ps = case.page_size
     prompts = []
     for r in case.requests:
-        cached = [PAGE_TOKEN + page * ps + o for page in r.prefix_pages for o in range(ps)][: r.length]
+        cached = _page_tokens(r.prefix_pages, ps)[: r.length]
         prompts.append(cached + [PROMPT_TOKEN + i for i in range(len(cached), r.length)])
     return prompts
 
@@ -657,8 +663,8 @@ def _queue_tree(  # pragma: no cover - conformance venv
                                              tree_components=(ComponentType.FULL,)))  # fmt: skip
     # each chain once, the longest prefix's (the others are its start: inserting them too would free their copies)
     for lora, pages in _prefix_chains(case).items():
-        tokens = [PAGE_TOKEN + page * ps + o for page in pages for o in range(ps)]
-        slots = [page * ps + o for page in pages for o in range(ps)]
+        slots = token_locations(list(pages), len(pages) * ps, ps)
+        tokens = _page_tokens(pages, ps)
         key = RadixKey(token_ids=array("q", tokens), extra_key=extra_keys[lora])
         tree.insert(InsertParams(key=key, value=torch.tensor(slots, dtype=torch.int64)))
     own_evict = tree.evict_for_alloc
