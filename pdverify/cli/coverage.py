@@ -78,6 +78,8 @@ FUNCTION_SETS: dict[str, list[str]] = {
         "sglang.srt.disaggregation.decode:DecodePreallocQueue._prealloc_reservation_fits",
         "sglang.srt.disaggregation.decode:DecodePreallocQueue._send_kv_metadata",
         "sglang.srt.disaggregation.decode:DecodePreallocQueue._transfer_page_indices",
+        "sglang.srt.disaggregation.decode:DecodePreallocQueue._match_prefix_and_lock",
+        "sglang.srt.mem_cache.common:match_kv_cache",
         "sglang.srt.disaggregation.decode:alloc_for_decode_prealloc",
         "sglang.srt.disaggregation.decode:DecodeTransferQueue.pop_transferred",
         "sglang.srt.disaggregation.decode:DecodeTransferQueue._commit_transfer_to_req",

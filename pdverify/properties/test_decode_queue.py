@@ -153,7 +153,9 @@ EXAMPLES = [
         staging=True,
     ),
     # a hybrid SWA pool (window 4) with SWA pages for one tail: the second request fails, the third (its prefix
-    # matched) too, releasing its lock; the pass goes on
+    # matched) too, releasing its lock; the pass goes on. The SWA budget left to the radix cache's evictable pages
+    # (swa_token_budget=None) passes them while nothing is evictable: a state 0.5.23's own tree was not seen to make
+    # (its evictable SWA is what its eviction frees; docs/findings.md, stop 65) - this checks the defensive 503 branch
     _queue(R(6), R(7), R(9, prefix_pages=(90,)), radix=True, swa_free_pages=(70, 71), window=4),
     # a hybrid SWA pool at page size 2, a 1-token window and an SWA budget of 5 tokens: each 1-token request's SWA
     # tail takes a whole 2-token page, so two of the three fit - three if each tail is charged its raw token (T14)
