@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -256,48 +255,6 @@ def _tight_budget(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase:
     return replace(case, token_budget=min(budget, case.token_budget))
 
 
-def _served(case: DecodeQueueCase) -> tuple[tuple[tuple[int, str | None], ...], list[int]]:
-    """The running requests with one added whose retractable tokens cover every request's output room (so that the
-    pages, not the output room, bind; it loads no adapter the pass would not have loaded anyway), and the requests the
-    pass reaches in its order less those whose adapter does not fit (passed over), within the buffers and rows."""
-    reqs = case.requests
-    room = max(r.max_new_tokens for r in reqs)
-    adapters = [lora for _, lora in case.running] + list(case.microbatch_loras) + [r.lora for r in reqs]
-    running = case.running if case.retractable_tokens >= room else ((room, adapters[0]), *case.running)[:2]
-    loaded = {lora for _, lora in running} | set(case.microbatch_loras)
-    reached = []
-    for i in _reached(case):
-        if case.max_loras is None or len(loaded | {reqs[i].lora}) <= case.max_loras:
-            reached.append(i)
-            loaded.add(reqs[i].lora)
-    return running, reached[: min(case.metadata_buffers, case.request_rows)]
-
-
-def _admission_arithmetic(
-    case: DecodeQueueCase, running: tuple[tuple[int, str | None], ...]
-) -> tuple[Callable[[int], int], Callable[[int], int], Callable[[int], int]]:
-    """With ``running`` running: what the budget keeps back once ``n`` requests are admitted (their headroom, or the
-    largest running request's need), request ``i``'s fresh tokens (whole pages past its matched prefix) and its need at
-    admission (those and the headroom, or its room to finish with the running requests retracted)."""
-    ps, reqs = case.page_size, case.requests
-    retractable = sum(t for t, _ in running)
-    single = max((min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) + t - retractable for t, _ in running), default=0)
-
-    def kept(admitted: int) -> int:
-        return max(case.reserved_decode_tokens * (len(running) + admitted), single)
-
-    def fresh(i: int) -> int:
-        return pages_needed(reqs[i].fill_len, ps) * ps - case.prefix_len(i)
-
-    def need(i: int) -> int:
-        output_room = min(reqs[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
-        return max(
-            fresh(i) + case.reserved_decode_tokens, reqs[i].prefill_len - case.prefix_len(i) + output_room - retractable
-        )
-
-    return kept, fresh, need
-
-
 def _shared_lock_boundary(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase | None:
     """A boundary where two admitted requests lock the same radix pages (a page two locks hold leaves the budget
     once): the budget request ``j`` is checked against - what the requests before it took (their fresh pages, the
@@ -309,7 +266,18 @@ def _shared_lock_boundary(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase 
     ps, reqs = case.page_size, case.requests
     if case.host_threshold < 1:  # host receive takes requests off the device budget
         return None
-    running, reached = _served(case)
+    room = max(r.max_new_tokens for r in reqs)
+    # the added running request loads no adapter the pass would not have loaded anyway
+    adapters = [lora for _, lora in case.running] + list(case.microbatch_loras) + [r.lora for r in reqs]
+    adapter = adapters[0]
+    running = case.running if case.retractable_tokens >= room else ((room, adapter), *case.running)[:2]
+    loaded = {lora for _, lora in running} | set(case.microbatch_loras)
+    reached = []
+    for i in _reached(case):  # less those whose adapter does not fit (passed over), within the buffers and rows
+        if case.max_loras is None or len(loaded | {reqs[i].lora}) <= case.max_loras:
+            reached.append(i)
+            loaded.add(reqs[i].lora)
+    reached = reached[: min(case.metadata_buffers, case.request_rows)]
     matching = [i for i in reached if not reqs[i].rebootstrap and reqs[i].length >= ps]
     if sum(1 for i in matching if reqs[i].prefix_pages) < 2 and case.swa_free_pages is None:
         # too few prefixes to share (a drawn prefix is empty a third of the time): each request that can match one
@@ -325,7 +293,20 @@ def _shared_lock_boundary(c: Choices, case: DecodeQueueCase) -> DecodeQueueCase 
     if not positions:
         return None
     at = c.pick(positions)
-    kept, fresh, need = _admission_arithmetic(case, running)
+    retractable = sum(t for t, _ in running)
+    single = max((min(RUNNING_MAX_NEW_TOKENS, CLIP_MAX_NEW_TOKENS) + t - retractable for t, _ in running), default=0)
+
+    def kept(admitted: int) -> int:
+        return max(case.reserved_decode_tokens * (len(running) + admitted), single)
+
+    def fresh(i: int) -> int:
+        return pages_needed(reqs[i].fill_len, ps) * ps - case.prefix_len(i)
+
+    def need(i: int) -> int:
+        output_room = min(reqs[i].max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        return max(
+            fresh(i) + case.reserved_decode_tokens, reqs[i].prefill_len - case.prefix_len(i) + output_room - retractable
+        )
 
     def at_check(p: int) -> int:  # the budget that lets request reached[p] in exactly, all before it admitted
         locked = set().union(*held[: p + 1])
